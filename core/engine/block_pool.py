@@ -1,0 +1,154 @@
+"""KV block bookkeeping: free list, reference counts and the prefix cache.
+
+The pool only manages block *ids*; the tensors live in :class:`core.engine.kv_cache.KVCache`.
+A block is in exactly one of three states:
+
+* in use: ``ref_count > 0`` (one count per sequence whose block table holds it);
+* cached: ``ref_count == 0`` but its content hash is registered, so a later sequence with the same
+  prefix can take it back without recomputing it; cached blocks are evicted oldest-freed first
+  when the free list runs dry;
+* free: no references, no hash.
+
+Prefix caching follows vLLM's automatic prefix caching: a *full* block is identified by the hash of
+its token ids chained to the hash of the block before it, so equal hashes mean equal whole prefixes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterable, Sequence
+
+
+def chain_block_hash(parent_hash: int | None, token_ids: Sequence[int]) -> int:
+    """Hash of one full block given the hash of the block before it (None for the first block).
+
+    Python's tuple hash of ints is deterministic across processes (no hash randomisation for ints),
+    64-bit on CPython, which makes collisions negligible for the cache sizes used here.
+    """
+    return hash((parent_hash, tuple(token_ids)))
+
+
+class OutOfBlocks(Exception):
+    """Raised by :meth:`BlockPool.allocate` when neither free nor evictable blocks remain."""
+
+
+class BlockPool:
+    """Reference-counted pool of ``num_blocks`` KV blocks of ``block_size`` tokens each.
+
+    Args:
+        num_blocks: total number of blocks in the KV cache.
+        block_size: tokens per block.
+        enable_prefix_caching: register full blocks under their chained hash and reuse them.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_count = [0] * num_blocks
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out low ids first
+        self._cached_free: OrderedDict[int, None] = OrderedDict()  # ref 0 but hashed; LRU order
+        self._hash_to_block: dict[int, int] = {}
+        self.hits = 0  # blocks served from the prefix cache (for metrics)
+        self.queries = 0  # blocks looked up
+
+    # ------------------------------------------------------------------ counts
+    @property
+    def num_free(self) -> int:
+        """Blocks that an allocation can take now (free plus evictable cached)."""
+        return len(self._free) + len(self._cached_free)
+
+    @property
+    def num_used(self) -> int:
+        """Blocks referenced by at least one sequence."""
+        return self.num_blocks - self.num_free
+
+    # ------------------------------------------------------------------ allocation
+    def allocate(self, n: int) -> list[int]:
+        """Take ``n`` blocks with ref count 1; evicts least recently freed cached blocks if needed.
+
+        Raises:
+            OutOfBlocks: fewer than ``n`` blocks are free or evictable (nothing is taken then).
+        """
+        if n > self.num_free:
+            raise OutOfBlocks(f"need {n} KV blocks, {self.num_free} free")
+        out = []
+        for _ in range(n):
+            if self._free:
+                b = self._free.pop()
+            else:
+                b, _ = self._cached_free.popitem(last=False)
+                self._forget_hash(b)
+            self.ref_count[b] = 1
+            out.append(b)
+        return out
+
+    def incref(self, blocks: Iterable[int]) -> None:
+        """Add one reference to each block (used by fork and prefix-cache hits)."""
+        for b in blocks:
+            if self.ref_count[b] == 0:
+                self._cached_free.pop(b, None)
+            self.ref_count[b] += 1
+
+    def free(self, blocks: Iterable[int]) -> None:
+        """Drop one reference from each block; unreferenced hashed blocks stay cached.
+
+        Blocks are released last-to-first so that, on eviction, the tail of a prefix goes before
+        its head (the head is the part most likely to be shared).
+        """
+        for b in reversed(list(blocks)):
+            rc = self.ref_count[b] - 1
+            if rc < 0:
+                raise RuntimeError(f"KV block {b} freed more often than referenced")
+            self.ref_count[b] = rc
+            if rc == 0:
+                if self.block_hash[b] is not None and self.enable_prefix_caching:
+                    self._cached_free[b] = None
+                else:
+                    self.block_hash[b] = None
+                    self._free.append(b)
+
+    # ------------------------------------------------------------------ prefix cache
+    def register_full_block(self, block: int, h: int) -> None:
+        """Record that ``block`` now holds the full block with chained hash ``h``.
+
+        If another block already holds that content, the existing mapping wins and ``block``
+        simply stays unhashed (it is freed normally when its owner lets go).
+        """
+        if not self.enable_prefix_caching or self.block_hash[block] is not None:
+            return
+        if h in self._hash_to_block:
+            return
+        self.block_hash[block] = h
+        self._hash_to_block[h] = block
+
+    def lookup(self, hashes: Sequence[int]) -> list[int]:
+        """Longest run of cached blocks matching ``hashes`` from the start; takes a reference on each."""
+        if not self.enable_prefix_caching:
+            return []
+        hit = []
+        self.queries += len(hashes)
+        for h in hashes:
+            b = self._hash_to_block.get(h)
+            if b is None:
+                break
+            hit.append(b)
+        self.incref(hit)
+        self.hits += len(hit)
+        return hit
+
+    def _forget_hash(self, b: int) -> None:
+        h = self.block_hash[b]
+        if h is not None and self._hash_to_block.get(h) == b:
+            del self._hash_to_block[h]
+        self.block_hash[b] = None
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached (unreferenced) block back to the free list."""
+        for b in list(self._cached_free):
+            self._forget_hash(b)
+            self._free.append(b)
+        self._cached_free.clear()

@@ -1,0 +1,334 @@
+"""The continuous-batching generation engine: sequences in, tokens and stop events out.
+
+One engine instance owns one model, one KV cache and one scheduler. The search layer (or a
+verifier) adds sequences, calls :meth:`GenerationEngine.step` in a loop, and reacts to the
+returned :class:`StepOutput`: sequences that stopped at a step boundary are *paused* with their KV
+kept, so the search can later :meth:`~GenerationEngine.resume` them (the next step continues from
+the cached KV) or :meth:`~GenerationEngine.free` them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .block_pool import BlockPool, OutOfBlocks
+from .kv_cache import KVCache, KVLayout
+from .kv_manager import KVManager
+from .model_runner import ModelRunner
+from .sampler import RowRequest, sample
+from .scheduler import Scheduler, SchedulerConfig
+from .sequence import SamplingParams, Sequence, SeqStatus, StopCriteria, StopReason
+from .stopping import TokenPieces, check_stop
+
+
+@dataclass
+class EngineConfig:
+    """Engine sizing.
+
+    block_size: tokens per KV block.
+    num_blocks: KV blocks; when None, derived from ``kv_cache_bytes``.
+    kv_cache_bytes: KV pool size in bytes (default 2 GiB).
+    max_num_seqs: running sequences per step.
+    max_num_batched_tokens: packed tokens per step (decode tokens + prefill chunks).
+    max_model_len: context limit in tokens; None uses the model's ``max_position_embeddings``.
+    enable_prefix_caching: reuse full KV blocks across sequences with equal prefixes.
+    """
+
+    block_size: int = 16
+    num_blocks: int | None = None
+    kv_cache_bytes: int = 2 << 30
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+
+
+@dataclass
+class StepOutput:
+    """What one engine step did.
+
+    stopped: sequences that stopped this step (now paused; ``stop_reason`` set).
+    forked: ``(parent, child)`` pairs created when candidates sharing a row drew different tokens
+        (or always one per extra candidate when the sequence does not deduplicate).
+    prefilled: prefill-only sequences that completed (``read_logits`` filled, KV released).
+    """
+
+    stopped: list[Sequence] = field(default_factory=list)
+    forked: list[tuple[Sequence, Sequence]] = field(default_factory=list)
+    prefilled: list[Sequence] = field(default_factory=list)
+    num_tokens: int = 0
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    num_logit_rows: int = 0
+    num_sampled: int = 0
+    seconds: float = 0.0
+
+
+class GenerationEngine:
+    """Paged-KV continuous-batching engine over a `transformers` causal LM.
+
+    Args:
+        model: the causal LM (its attention is switched to the engine's paged implementation).
+        config: sizing, see :class:`EngineConfig`.
+        tokenizer: used to decode pieces for step-delimiter detection (None: no delimiter matching).
+
+    Raises:
+        ValueError: the KV pool cannot hold one sequence of ``max_model_len`` tokens, or the model
+            uses sliding-window attention (not supported by the paged backend).
+    """
+
+    def __init__(self, model, config: EngineConfig | None = None, tokenizer=None):
+        config = config or EngineConfig()
+        mc = model.config
+        if getattr(mc, "use_sliding_window", False) and getattr(mc, "sliding_window", None):
+            raise ValueError(
+                f"{type(model).__name__} uses sliding-window attention (window {mc.sliding_window}); "
+                "the paged engine supports full attention only")
+        self.model = model
+        self.config = config
+        self.tokenizer = tokenizer
+        dtype = next(model.parameters()).dtype
+        device = next(model.parameters()).device
+        layout = KVLayout.from_config(mc, dtype)
+        self.max_model_len = config.max_model_len or getattr(mc, "max_position_embeddings", 4096)
+        num_blocks = config.num_blocks or max(1, config.kv_cache_bytes // (layout.bytes_per_token * config.block_size))
+        min_blocks = -(-self.max_model_len // config.block_size) + 1
+        if num_blocks < min_blocks:
+            raise ValueError(
+                f"KV pool of {num_blocks} blocks x {config.block_size} tokens cannot hold one sequence of "
+                f"max_model_len={self.max_model_len} tokens (needs {min_blocks} blocks); "
+                "raise the KV cache size or lower max_model_len")
+        self.cache = KVCache(layout, num_blocks, config.block_size, device)
+        self.pool = BlockPool(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.kv = KVManager(self.pool, self.cache)
+        self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens), self.kv)
+        self.runner = ModelRunner(model, self.cache)
+        self.pieces = TokenPieces(tokenizer, mc.vocab_size)
+        self._arrival = itertools.count()
+        # running totals for metrics
+        self.total_forward_rows = 0
+        self.total_tokens = 0
+        self.total_sampled = 0
+        self.total_steps = 0
+
+    # ------------------------------------------------------------------ requests
+    def add(self, token_ids: list[int], *, sampling: SamplingParams | None = None, stop: StopCriteria | None = None,
+            seeds: list[int] | None = None, tags: list[Any] | None = None, prefill_only: bool = False,
+            read_positions: list[int] | None = None, dedup: bool = False, priority: int = 0) -> Sequence:
+        """Queue a new sequence.
+
+        Args:
+            token_ids: the prompt, non-empty.
+            sampling/stop: sampling and stop settings (defaults: temperature 0.8, "\\n\\n" steps).
+            seeds/tags: one seed (and opaque tag) per logical candidate; default one seed 0.
+            prefill_only: compute KV only, return the logits at ``read_positions``, never sample.
+            dedup: candidates sharing this sequence stay together while they draw equal tokens.
+            priority: lower runs first.
+
+        Raises:
+            ValueError: empty prompt, prompt longer than ``max_model_len``, token id out of range,
+                a read position outside the prompt, or seeds/tags of unequal length.
+        """
+        if not token_ids:
+            raise ValueError("empty prompt")
+        if len(token_ids) > self.max_model_len:
+            raise ValueError(f"prompt of {len(token_ids)} tokens exceeds max_model_len={self.max_model_len}")
+        vocab = self.model.config.vocab_size
+        if min(token_ids) < 0 or max(token_ids) >= vocab:
+            raise ValueError(f"token id out of range [0, {vocab})")
+        seeds = list(seeds) if seeds is not None else [0]
+        tags = list(tags) if tags is not None else [None] * len(seeds)
+        if len(seeds) != len(tags):
+            raise ValueError("seeds and tags must have equal length")
+        read_positions = sorted(set(read_positions or []))
+        if read_positions and (read_positions[0] < 0 or read_positions[-1] >= len(token_ids)):
+            raise ValueError("read position outside the prompt")
+        seq = Sequence(
+            token_ids=list(token_ids), sampling=sampling or SamplingParams(), stop=stop or StopCriteria(),
+            seeds=seeds, tags=tags, prefill_only=prefill_only, read_positions=read_positions,
+            dedup=dedup, priority=priority, arrival=next(self._arrival),
+        )
+        self.scheduler.add_waiting(seq)
+        return seq
+
+    def resume(self, seq: Sequence, seeds: list[int], tags: list[Any], stop: StopCriteria | None = None,
+               priority: int | None = None) -> None:
+        """Start the next step of a paused sequence for the given candidates.
+
+        Raises:
+            ValueError: the sequence is not paused, or its path already ended.
+        """
+        if seq.status is not SeqStatus.PAUSED:
+            raise ValueError(f"sequence {seq.seq_id} is {seq.status.value}, not paused")
+        if seq.stop_reason is not None and seq.stop_reason.ends_path:
+            raise ValueError(f"sequence {seq.seq_id} ended ({seq.stop_reason.value}); it cannot resume")
+        self.scheduler.remove(seq)
+        seq.seeds, seq.tags = list(seeds), list(tags)
+        if stop is not None:
+            seq.stop = stop
+        if priority is not None:
+            seq.priority = priority
+        seq.step_start = len(seq.token_ids)
+        seq.stop_tail = ""
+        seq.stop_reason = None
+        if seq.block_table:
+            self.scheduler.add_running(seq)
+        else:
+            self.scheduler.add_waiting(seq)
+
+    def fork(self, seq: Sequence, seeds: list[int] | None = None, tags: list[Any] | None = None) -> Sequence:
+        """A new sequence with ``seq``'s tokens and computed KV (full blocks shared, partial copied).
+
+        The child has the parent's status kind: paused children stay paused, others run. When no
+        block is free for the copy, the child starts without KV (it is recomputed: a preemption).
+        """
+        child = Sequence(
+            token_ids=list(seq.token_ids), sampling=seq.sampling, stop=seq.stop,
+            seeds=list(seeds if seeds is not None else seq.seeds), tags=list(tags if tags is not None else seq.tags),
+            dedup=seq.dedup, priority=seq.priority, arrival=seq.arrival, num_prompt_tokens=seq.num_prompt_tokens,
+            step_start=seq.step_start, stop_tail=seq.stop_tail, stop_reason=seq.stop_reason,
+        )
+        try:
+            self.kv.fork(seq, child)
+        except OutOfBlocks:
+            child.num_preemptions = 1
+            self.scheduler.num_preemptions += 1
+        if seq.status is SeqStatus.PAUSED:
+            self.scheduler.pause(child)
+        elif child.block_table:
+            self.scheduler.add_running(child)
+        else:
+            self.scheduler.add_waiting(child)
+        return child
+
+    def free(self, seq: Sequence) -> None:
+        """Stop tracking ``seq`` and release its KV blocks (full blocks stay prefix-cached)."""
+        if seq.status is SeqStatus.FINISHED:
+            return
+        self.scheduler.remove(seq)
+        self.kv.release(seq)
+        seq.status = SeqStatus.FINISHED
+
+    def has_work(self) -> bool:
+        """True while some sequence is waiting or running."""
+        return self.scheduler.has_work()
+
+    # ------------------------------------------------------------------ stepping
+    def step(self) -> StepOutput:
+        """Schedule, run one packed forward, sample, and apply stop conditions."""
+        t0 = time.perf_counter()
+        out = StepOutput()
+        batch = self.scheduler.schedule()
+        if not batch:
+            return out
+        logit_rows: list[int] = []
+        row_owner: list[tuple[Sequence, int]] = []  # (sequence, position whose logits the row holds)
+        offset = 0
+        for seq, n in batch:
+            c = seq.num_computed
+            if seq.prefill_only:
+                for p in seq.read_positions:
+                    if c <= p < c + n:
+                        logit_rows.append(offset + p - c)
+                        row_owner.append((seq, p))
+            elif c + n == len(seq.token_ids):
+                logit_rows.append(offset + n - 1)
+                row_owner.append((seq, c + n - 1))
+            offset += n
+            if n == 1:
+                out.num_decode_tokens += 1
+            else:
+                out.num_prefill_tokens += n
+        out.num_tokens = offset
+        out.num_logit_rows = len(logit_rows)
+        logits = self.runner.forward(batch, logit_rows)
+        for seq, n in batch:
+            self.kv.mark_computed(seq, n)
+
+        sample_idx: list[int] = []
+        requests: list[RowRequest] = []
+        for i, (seq, pos) in enumerate(row_owner):
+            if seq.prefill_only:
+                seq.read_logits.append(logits[i])
+            else:
+                sample_idx.append(i)
+                requests.append(RowRequest(seq.sampling.temperature, seq.sampling.top_p,
+                                           [(s, pos + 1) for s in seq.seeds]))
+        if requests:
+            drawn = sample(logits[sample_idx], requests)
+            for i, tokens in zip(sample_idx, drawn):
+                self._apply_samples(row_owner[i][0], tokens, out)
+        for seq, _ in batch:
+            if seq.prefill_only and seq.num_computed == len(seq.token_ids):
+                seq.stop_reason = StopReason.PREFILLED
+                self.free(seq)
+                out.prefilled.append(seq)
+
+        self.total_forward_rows += out.num_logit_rows
+        self.total_tokens += out.num_tokens
+        self.total_sampled += out.num_sampled
+        self.total_steps += 1
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    def _apply_samples(self, seq: Sequence, tokens: list[int], out: StepOutput) -> None:
+        """Append drawn tokens; fork once per extra group of candidates; check stops."""
+        out.num_sampled += len(tokens)
+        if len(tokens) == 1:
+            groups = [(tokens[0], [0])]
+        elif seq.dedup:
+            by_token: dict[int, list[int]] = {}
+            for j, t in enumerate(tokens):
+                by_token.setdefault(t, []).append(j)
+            groups = list(by_token.items())
+        else:
+            groups = [(t, [j]) for j, t in enumerate(tokens)]
+        seeds, tags = seq.seeds, seq.tags
+        members = [seq]
+        for token, idx in groups[1:]:
+            child = self.fork(seq, [seeds[j] for j in idx], [tags[j] for j in idx])
+            out.forked.append((seq, child))
+            members.append(child)
+        first_idx = groups[0][1]
+        seq.seeds, seq.tags = [seeds[j] for j in first_idx], [tags[j] for j in first_idx]
+        for member, (token, _) in zip(members, groups):
+            member.token_ids.append(token)
+            reason = check_stop(member, token, self.pieces, self.max_model_len)
+            if reason is not None:
+                member.stop_reason = reason
+                self.scheduler.pause(member)
+                out.stopped.append(member)
+
+    # ------------------------------------------------------------------ convenience
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams | None = None,
+                 stop: StopCriteria | None = None, seeds: list[int] | None = None) -> list[Sequence]:
+        """Run prompts to their first stop (a whole answer when ``stop.step_delimiter`` is None).
+
+        Returns the sequences (paused, with ``token_ids`` and ``stop_reason``); the caller frees them.
+        """
+        seqs = [self.add(p, sampling=sampling, stop=stop, seeds=[seeds[i]] if seeds else None)
+                for i, p in enumerate(prompts)]
+        while self.has_work():
+            self.step()
+        return seqs
+
+    def metrics(self) -> dict:
+        """KV and throughput counters (blocks, preemptions, prefix-cache hit rate)."""
+        return {
+            "kv_blocks_total": self.pool.num_blocks,
+            "kv_blocks_used": self.pool.num_used,
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "paused": len(self.scheduler.paused),
+            "preemptions": self.scheduler.num_preemptions,
+            "prefix_cache_hit_blocks": self.pool.hits,
+            "prefix_cache_query_blocks": self.pool.queries,
+            "forward_rows": self.total_forward_rows,
+            "tokens": self.total_tokens,
+            "steps": self.total_steps,
+        }

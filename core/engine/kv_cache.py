@@ -1,0 +1,76 @@
+"""Tensor storage of the paged KV cache.
+
+One tensor holds every layer's keys and values, shaped
+``[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]``: a block id indexes the same
+page in every layer, so copying a block for copy-on-write is one indexing op over all layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """Shape of one model's KV cache entries (from its config)."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes of K and V for one token across all layers."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.tensor([], dtype=self.dtype).element_size()
+
+    @classmethod
+    def from_config(cls, config, dtype: torch.dtype) -> "KVLayout":
+        """Read layers, KV heads and head size from a `transformers` config."""
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        return cls(config.num_hidden_layers, kv_heads, head_dim, dtype)
+
+
+class KVCache:
+    """Preallocated K/V pages for ``num_blocks`` blocks of ``block_size`` tokens.
+
+    Args:
+        layout: the model's KV shape.
+        num_blocks: pages to allocate.
+        block_size: tokens per page.
+        device: where the cache lives.
+
+    Memory: ``num_blocks * block_size * layout.bytes_per_token`` bytes, allocated (and zeroed,
+    so the pages are touched once here rather than page-faulting inside the first forwards).
+    """
+
+    def __init__(self, layout: KVLayout, num_blocks: int, block_size: int, device: torch.device | str = "cpu"):
+        self.layout = layout
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.data = torch.zeros(
+            layout.num_layers, 2, num_blocks, block_size, layout.num_kv_heads, layout.head_dim,
+            dtype=layout.dtype, device=device,
+        )
+
+    def layer(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V pages of one layer, each ``[num_blocks, block_size, kv_heads, head_dim]``."""
+        return self.data[layer_idx, 0], self.data[layer_idx, 1]
+
+    def copy_blocks(self, src: list[int], dst: list[int]) -> None:
+        """Copy pages ``src[i] -> dst[i]`` in every layer (copy-on-write of a partial block)."""
+        if not src:
+            return
+        device = self.data.device
+        s = torch.tensor(src, dtype=torch.long, device=device)
+        d = torch.tensor(dst, dtype=torch.long, device=device)
+        self.data[:, :, d] = self.data[:, :, s]
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the cache tensor in bytes."""
+        return self.data.numel() * self.data.element_size()

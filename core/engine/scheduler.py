@@ -1,0 +1,161 @@
+"""Continuous-batching scheduler: decode first, then chunked prefill, under a token budget.
+
+Every engine step the scheduler picks, in priority order, the running sequences and as many
+waiting ones as fit in ``max_num_batched_tokens`` and ``max_num_seqs``. Running sequences get all
+their pending tokens (one for decode, the rest of a prompt for a chunked prefill) up to the
+remaining budget; prefills are chunked to whatever budget is left, so decodes never wait behind a
+long prompt. When a sequence cannot get a KV block, the scheduler preempts: first paused
+sequences (idle, waiting for the search), then the lowest-priority running ones. A preempted
+sequence loses its blocks and is recomputed later (usually mostly from the prefix cache); the
+engine never fails for lack of KV memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .block_pool import OutOfBlocks
+from .kv_manager import KVManager
+from .sequence import Sequence, SeqStatus
+
+
+@dataclass
+class SchedulerConfig:
+    """Batch limits: sequences per step and packed tokens per step."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+
+
+def _order(seq: Sequence):
+    return (seq.priority, seq.arrival)
+
+
+class Scheduler:
+    """Picks each step's batch and handles preemption.
+
+    Sequences live in exactly one place: ``waiting`` (needs admission), ``running`` (admitted),
+    or ``paused`` (stopped at a step boundary; may still hold KV blocks).
+    """
+
+    def __init__(self, config: SchedulerConfig, kv: KVManager):
+        if config.max_num_seqs < 1 or config.max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        self.config = config
+        self.kv = kv
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.paused: set[Sequence] = set()
+        self.num_preemptions = 0
+
+    # ------------------------------------------------------------------ membership
+    def add_waiting(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    def add_running(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.RUNNING
+        self.running.append(seq)
+
+    def pause(self, seq: Sequence) -> None:
+        self._remove(seq)
+        seq.status = SeqStatus.PAUSED
+        self.paused.add(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        self._remove(seq)
+
+    def _remove(self, seq: Sequence) -> None:
+        if seq.status is SeqStatus.RUNNING and seq in self.running:
+            self.running.remove(seq)
+        elif seq.status is SeqStatus.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+        else:
+            self.paused.discard(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # ------------------------------------------------------------------ preemption
+    def _preempt(self, seq: Sequence) -> None:
+        """Free ``seq``'s blocks; it will be recomputed when it runs again."""
+        self.kv.release(seq)
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        if seq.status is SeqStatus.RUNNING:
+            self.running.remove(seq)
+            self.add_waiting(seq)
+        # a paused sequence stays paused; resume() sends it to the waiting queue
+
+    def _victim(self, protect: set[Sequence]) -> Sequence | None:
+        held = [s for s in self.paused if s.block_table]
+        if held:
+            return max(held, key=_order)
+        for seq in sorted(self.running, key=_order, reverse=True):
+            if seq not in protect and seq.block_table:
+                return seq
+        return None
+
+    # ------------------------------------------------------------------ scheduling
+    def schedule(self) -> list[tuple[Sequence, int]]:
+        """Choose this step's ``(sequence, num_tokens)`` pairs; allocates their KV blocks."""
+        budget = self.config.max_num_batched_tokens
+        batch: list[tuple[Sequence, int]] = []
+        scheduled: set[Sequence] = set()
+        self.running.sort(key=_order)
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq.status is not SeqStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            n = min(seq.num_pending, budget)
+            if n == 0:
+                continue
+            if not self._grow_or_preempt(seq, n, scheduled, batch):
+                continue
+            batch.append((seq, n))
+            scheduled.add(seq)
+            budget -= n
+            # a victim taken out of the batch gave its tokens back
+            budget = self.config.max_num_batched_tokens - sum(k for _, k in batch)
+
+        self.waiting.sort(key=_order)
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            if not seq.block_table:
+                self.kv.admit_from_prefix_cache(seq)
+            n = min(seq.num_pending, budget)
+            try:
+                self.kv.grow(seq, n)
+            except OutOfBlocks:
+                # Fresh work waits for blocks; work that was already admitted once may evict idle
+                # paused sequences, else a search waiting on a preempted sibling could deadlock.
+                victim = None
+                if seq.num_preemptions or not self.running:
+                    victim = next((s for s in self.paused if s.block_table), None)
+                if victim is not None:
+                    self._preempt(victim)
+                    continue
+                self.kv.release(seq)  # waiting sequences hold nothing
+                break
+            self.waiting.pop(0)
+            self.add_running(seq)
+            batch.append((seq, n))
+            scheduled.add(seq)
+            budget -= n
+        return batch
+
+    def _grow_or_preempt(self, seq, n, scheduled, batch) -> bool:
+        while True:
+            try:
+                self.kv.grow(seq, n)
+                return True
+            except OutOfBlocks:
+                victim = self._victim(protect={seq})
+                if victim is None:
+                    self._preempt(seq)
+                    return False
+                if victim in scheduled:
+                    scheduled.discard(victim)
+                    batch[:] = [(s, k) for s, k in batch if s is not victim]
+                self._preempt(victim)

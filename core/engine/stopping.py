@@ -1,0 +1,55 @@
+"""Stop conditions checked after every sampled token: step delimiter, EOS and length limits."""
+
+from __future__ import annotations
+
+from .sequence import Sequence, StopReason
+
+
+class TokenPieces:
+    """Decoded text of every vocabulary entry on its own, for delimiter detection.
+
+    Byte-level BPE pieces that are partial UTF-8 decode to replacement characters on their own;
+    that is harmless here because step delimiters are ASCII (whole bytes are whole characters).
+
+    Args:
+        tokenizer: a `transformers` tokenizer; ``None`` gives empty pieces (no delimiter can match,
+            used by tests on token ids only).
+        vocab_size: rows of the model's LM head (may exceed the tokenizer's size).
+    """
+
+    def __init__(self, tokenizer, vocab_size: int):
+        self.vocab_size = vocab_size
+        if tokenizer is None:
+            self.pieces = [""] * vocab_size
+            return
+        n = min(len(tokenizer), vocab_size)
+        pieces = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=True,
+                                        clean_up_tokenization_spaces=False)
+        self.pieces = pieces + [""] * (vocab_size - n)
+
+    def __getitem__(self, token_id: int) -> str:
+        return self.pieces[token_id]
+
+
+def check_stop(seq: Sequence, token: int, pieces: TokenPieces, max_model_len: int) -> StopReason | None:
+    """Update ``seq``'s delimiter tail with the newly appended ``token`` and say whether it stops.
+
+    Order of precedence: EOS, delimiter, then the length limits (so a step that ends exactly at
+    its token limit with a delimiter still counts as a complete step).
+    """
+    stop = seq.stop
+    if token in stop.eos_token_ids and not stop.ignore_eos:
+        return StopReason.EOS
+    delim = stop.step_delimiter
+    if delim:
+        text = seq.stop_tail + pieces[token]
+        if delim in text:
+            return StopReason.DELIMITER
+        seq.stop_tail = text[-(len(delim) - 1):] if len(delim) > 1 else ""
+    if len(seq.token_ids) >= max_model_len:
+        return StopReason.CONTEXT
+    if seq.num_generated >= stop.max_tokens:
+        return StopReason.MAX_TOKENS
+    if len(seq.token_ids) - seq.step_start >= stop.max_step_tokens:
+        return StopReason.STEP_TOKENS
+    return None

@@ -1,0 +1,227 @@
+"""Streaming reader for problem files (JSONL, one JSON object per line).
+
+A batch run over thousands of problems must not die on line 812 because one record is malformed,
+so :func:`read_problems` never raises for a bad line: it yields a :class:`ProblemError` in its
+place and goes on. Only a file that cannot be opened at all raises.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Iterator, Sequence
+
+import orjson
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass
+class Problem:
+    """One valid problem record.
+
+    Attributes:
+        id: unique id (string; numeric ids are converted, missing ids are made up as ``line-<N>``).
+        problem: the problem statement, unchanged.
+        answer: reference answer as a string (numbers converted), or None when the record has none.
+        line: 1-based line number in the source file.
+        extra: every other field of the record (e.g. ``solution``, ``subject``, ``level``).
+    """
+
+    id: str
+    problem: str
+    answer: str | None
+    line: int
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class ProblemError:
+    """One line of a problem file that could not be turned into a :class:`Problem`.
+
+    Attributes:
+        id: the record's id when it could be read, else None.
+        line: 1-based line number in the source file.
+        field: the offending field, or None when the whole line is bad (invalid JSON, not UTF-8...).
+        message: what is wrong, in words.
+        source: the path as given to :func:`read_problems` (``<stdin>`` for ``-``).
+    """
+
+    id: str | None
+    line: int
+    field: str | None
+    message: str
+    source: str
+
+    def describe(self) -> str:
+        """One-line, ``file:line:`` prefixed description, e.g.
+        ``problems.jsonl:7: field 'problem': missing or empty``.
+
+        Returns:
+            The description (no trailing newline).
+        """
+        where = f"{self.source}:{self.line}: "
+        if self.field is not None:
+            where += f"field {self.field!r}: "
+        return where + self.message
+
+
+def _open_source(path: str | Path) -> tuple[IO[bytes], str, bool]:
+    """Open ``path`` for binary reading; returns (handle, display name, whether we own it)."""
+    if str(path) == "-":
+        return sys.stdin.buffer, "<stdin>", False
+    p = Path(path)
+    # Re-raise with our own wording so the CLI can print str(exc) and the user sees which file.
+    if p.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "problem file is a directory", str(path))
+    try:
+        fh = open(p, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "problem file not found", str(path)) from None
+    except PermissionError:
+        raise PermissionError(errno.EACCES, "problem file is not readable", str(path)) from None
+    return fh, str(path), True
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
+            dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _bad_utf8_message(raw: bytes) -> str | None:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at position {exc.start + 1})"
+    return None
+
+
+def read_problems(
+    path: str | Path,
+    problem_fields: Sequence[str] = ("problem", "question"),
+    answer_field: str = "answer",
+    id_field: str = "id",
+) -> Iterator[Problem | ProblemError]:
+    """Stream the records of a JSONL problem file, one per non-blank line, in file order.
+
+    The file is opened when this function is called (so a missing file fails at once, before any
+    work starts) but read lazily, one line at a time, as the returned iterator is consumed.
+
+    Each line must be a JSON object with a non-empty string problem statement, taken from the
+    first of ``problem_fields`` that the object has. ``answer_field`` is optional (absent or null
+    gives ``answer=None``); a number is converted to its string form. ``id_field`` is optional (a
+    missing or null id becomes ``line-<N>``); a numeric id is converted to a string. Ids must be
+    unique: a repeated id is an error on the later line, and the message names the first line.
+    Fields other than the used problem field, answer and id go to :attr:`Problem.extra`.
+
+    Args:
+        path: file to read, or ``-`` for standard input.
+        problem_fields: candidate names of the problem statement field, in order of preference.
+        answer_field: name of the reference answer field.
+        id_field: name of the id field.
+
+    Returns:
+        An iterator of :class:`Problem` for good lines and :class:`ProblemError` for bad ones (at
+        most one error per line). Blank lines produce nothing; an empty file produces nothing.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        IsADirectoryError: ``path`` is a directory.
+        PermissionError: ``path`` cannot be read.
+        OSError: other failures to open or read the file. Bad *content* never raises.
+    """
+    if not problem_fields:
+        raise ValueError("problem_fields must name at least one field")
+    fh, source, owned = _open_source(path)
+    return _iter_problems(fh, source, owned, tuple(problem_fields), answer_field, id_field)
+
+
+def _iter_problems(
+    fh: IO[bytes],
+    source: str,
+    owned: bool,
+    problem_fields: tuple[str, ...],
+    answer_field: str,
+    id_field: str,
+) -> Iterator[Problem | ProblemError]:
+    # id -> line where it was first seen; ids of rejected lines count too, so whether a line is a
+    # duplicate does not depend on whether an earlier line happened to be valid.
+    seen: dict[str, int] = {}
+    try:
+        for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1 and raw.startswith(_UTF8_BOM):
+                # Editors on Windows often save with a BOM; orjson would reject the whole line.
+                raw = raw[len(_UTF8_BOM):]
+            if not raw.strip():
+                continue
+            yield _parse_line(raw, lineno, source, problem_fields, answer_field, id_field, seen)
+    finally:
+        if owned:
+            fh.close()
+
+
+def _parse_line(
+    raw: bytes,
+    lineno: int,
+    source: str,
+    problem_fields: tuple[str, ...],
+    answer_field: str,
+    id_field: str,
+    seen: dict[str, int],
+) -> Problem | ProblemError:
+    def error(message: str, field_name: str | None = None, pid: str | None = None) -> ProblemError:
+        return ProblemError(id=pid, line=lineno, field=field_name, message=message, source=source)
+
+    # Parse without the line ending so orjson's error positions are columns within this line.
+    raw = raw.rstrip(b"\r\n")
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        # orjson reports bad UTF-8 as a generic decode error; say plainly what is wrong instead.
+        bad_utf8 = _bad_utf8_message(raw)
+        if bad_utf8 is not None:
+            return error(bad_utf8)
+        # orjson's own "line 1 column N" would read as a file line number next to ours.
+        return error(f"invalid JSON: {exc.msg} (column {exc.colno})")
+    if not isinstance(obj, dict):
+        return error(f"expected a JSON object, got {_type_name(obj)}")
+
+    raw_id = obj.get(id_field)
+    if raw_id is None:
+        pid = f"line-{lineno}"
+    elif isinstance(raw_id, str) and raw_id.strip():
+        pid = raw_id
+    elif isinstance(raw_id, (int, float)) and not isinstance(raw_id, bool):
+        pid = str(raw_id)
+    elif isinstance(raw_id, str):
+        return error("empty", id_field)
+    else:
+        return error(f"must be a string or a number, got {_type_name(raw_id)}", id_field)
+
+    first = seen.get(pid)
+    if first is not None:
+        return error(f"duplicate id {pid!r} (first seen on line {first})", id_field, pid)
+    seen[pid] = lineno
+
+    pfield = next((name for name in problem_fields if name in obj), problem_fields[0])
+    text = obj.get(pfield)
+    if text is not None and not isinstance(text, str):
+        return error(f"must be a string, got {_type_name(text)}", pfield, pid)
+    if not text or not text.strip():
+        return error("missing or empty", pfield, pid)
+
+    raw_answer = obj.get(answer_field)
+    if raw_answer is None or isinstance(raw_answer, str):
+        answer = raw_answer
+    elif isinstance(raw_answer, (int, float)) and not isinstance(raw_answer, bool):
+        answer = str(raw_answer)
+    else:
+        return error(f"must be a string or a number, got {_type_name(raw_answer)}",
+                     answer_field, pid)
+
+    extra = {k: v for k, v in obj.items() if k not in (pfield, answer_field, id_field)}
+    return Problem(id=pid, problem=text, answer=answer, line=lineno, extra=extra)
