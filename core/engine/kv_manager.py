@@ -30,14 +30,18 @@ class KVManager:
         """Attach cached blocks matching the start of ``seq`` (which holds no blocks yet).
 
         At least the last token is always left to compute, so the sequence still gets its logits
-        (a prompt served wholly from the cache recomputes its last block instead of 0 tokens).
+        (a prompt served wholly from the cache recomputes its last block instead of 0 tokens);
+        likewise every read position of a prefill-only sequence is computed, not served.
 
         Returns:
             tokens served from the cache (a multiple of the block size).
         """
         assert not seq.block_table and seq.num_computed == 0
         bs = self.block_size
-        n_full = (len(seq.token_ids) - 1) // bs
+        first_needed = len(seq.token_ids) - 1
+        if seq.read_positions:
+            first_needed = min(first_needed, seq.read_positions[0])
+        n_full = first_needed // bs
         hashes = []
         h = None
         for i in range(n_full):

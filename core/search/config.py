@@ -1,0 +1,61 @@
+"""Search settings shared by every policy (defaults from Snell et al. / search-and-learn)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .aggregation import AGGREGATIONS
+
+DEFAULT_SYSTEM_PROMPT = (
+    "Solve the math problem step by step. Separate steps with a blank line, keep each step short, "
+    "and end with the final answer written as \\boxed{answer}."
+)
+
+
+@dataclass
+class SearchConfig:
+    """PRM-guided beam search settings.
+
+    beam_size: N, completed candidates per problem. beam_width: M, children per selected candidate;
+    top-k = N / M candidates are selected per depth. max_steps: step cap per path.
+    max_step_tokens / max_tokens: token limits per step and per path (generated tokens).
+    aggregation: path score from step scores (last | min | prod | mean).
+    seed: run seed; each candidate's sampler seed derives from it, the problem id and its tree path.
+
+    Raises:
+        ValueError: N < 1, M < 1, N not divisible by M, temperature < 0, top_p outside (0, 1],
+            non-positive limits, or an unknown aggregation.
+    """
+
+    beam_size: int = 4
+    beam_width: int = 4
+    temperature: float = 0.8
+    top_p: float = 1.0
+    max_steps: int = 40
+    step_delimiter: str = "\n\n"
+    max_step_tokens: int = 256
+    max_tokens: int = 2048
+    aggregation: str = "last"
+    seed: int = 0
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+
+    def __post_init__(self):
+        if self.beam_size < 1:
+            raise ValueError(f"beam size N must be >= 1, got {self.beam_size}")
+        if self.beam_width < 1:
+            raise ValueError(f"beam width M must be >= 1, got {self.beam_width}")
+        if self.beam_size % self.beam_width:
+            raise ValueError(f"beam size N={self.beam_size} must be divisible by beam width M={self.beam_width}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        for name in ("max_steps", "max_step_tokens", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation '{self.aggregation}'; choose one of {', '.join(AGGREGATIONS)}")
+
+    @property
+    def top_k(self) -> int:
+        return self.beam_size // self.beam_width

@@ -1,0 +1,150 @@
+"""The event loop: streams problems into one generator engine and one verifier.
+
+Each iteration (DESIGN.md "Data flow"): admit problems up to ``max_concurrent`` -> one generator
+step over all runnable sequences -> step-done events go to each problem's policy -> the verifier
+flushes queued tasks -> scores go back to the policies, which select, prune, expand or finish ->
+finished problems are reported at once through ``on_result``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from core.engine.engine import GenerationEngine
+from core.io.problems import Problem, ProblemError
+from core.verify.base import Scorer, chat_prompt_ids
+from core.verify.verifier import Verifier
+
+from .beam_search import NonSpecBeamSearch
+from .config import SearchConfig
+
+POLICIES = {"non-spec": NonSpecBeamSearch}
+
+
+@dataclass
+class RunStats:
+    """Live counters of one run (read by the progress display)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    problems_done: int = 0
+    problems_failed: int = 0
+    problems_correct: int = 0
+    problems_graded: int = 0
+    generated_tokens: int = 0
+    generation_seconds: float = 0.0
+    engine_steps: int = 0
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+class SearchDriver:
+    """Runs one policy over a stream of problems on shared engines.
+
+    Args:
+        engine: generator engine. tokenizer: generator tokenizer. eos_token_ids: generator EOS ids.
+        verifier/scorer: step scoring.
+        config: search settings. policy: policy name (see :data:`POLICIES`).
+        max_concurrent: problems searched at once.
+        on_result: called with ``(problem, result_dict, search)`` when a problem finishes.
+        on_error: called with a :class:`ProblemError` for input that cannot be searched.
+        on_iteration: called after every loop iteration with :class:`RunStats` (progress display).
+        should_stop: polled every iteration; True stops admitting new problems.
+    """
+
+    def __init__(self, engine: GenerationEngine, tokenizer, eos_token_ids, verifier: Verifier, scorer: Scorer,
+                 config: SearchConfig, policy: str = "non-spec", max_concurrent: int = 32,
+                 on_result: Callable[[Problem, dict, Any], None] | None = None,
+                 on_error: Callable[[ProblemError], None] | None = None,
+                 on_iteration: Callable[[RunStats], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, source: str = ""):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy '{policy}'; choose one of {', '.join(POLICIES)}")
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.verifier = verifier
+        self.scorer = scorer
+        self.config = config
+        self.policy_cls = POLICIES[policy]
+        self.max_concurrent = max_concurrent
+        self.on_result = on_result or (lambda p, r, s: None)
+        self.on_error = on_error or (lambda e: None)
+        self.on_iteration = on_iteration or (lambda s: None)
+        self.should_stop = should_stop or (lambda: False)
+        self.source = source
+        self.stats = RunStats()
+        self.active: list[tuple[Problem, Any]] = []
+
+    def _admit(self, problem: Problem) -> None:
+        try:
+            prompt = chat_prompt_ids(self.tokenizer, problem.problem, self.config.system_prompt)
+        except ValueError as exc:
+            self._fail(problem, "problem", str(exc))
+            return
+        if len(prompt) >= self.engine.max_model_len:
+            self._fail(problem, "problem", f"prompt of {len(prompt)} tokens does not fit the model context "
+                                           f"({self.engine.max_model_len} tokens)")
+            return
+        search = self.policy_cls(problem.id, problem.problem, prompt, engine=self.engine, verifier=self.verifier,
+                                 scorer=self.scorer, config=self.config, tokenizer=self.tokenizer,
+                                 eos_token_ids=self.eos_token_ids)
+        search.start()
+        self.active.append((problem, search))
+
+    def _fail(self, problem: Problem, fld: str, message: str) -> None:
+        self.stats.problems_failed += 1
+        self.on_error(ProblemError(problem.id, problem.line, fld, message, self.source))
+
+    def run(self, problems: Iterable[Problem | ProblemError]) -> RunStats:
+        """Search every problem; returns the run's counters.
+
+        Raises:
+            RuntimeError: the loop cannot make progress (a policy bug; never bad input).
+        """
+        it = iter(problems)
+        exhausted = False
+        while True:
+            while not exhausted and len(self.active) < self.max_concurrent and not self.should_stop():
+                item = next(it, None)
+                if item is None:
+                    exhausted = True
+                elif isinstance(item, ProblemError):
+                    self.stats.problems_failed += 1
+                    self.on_error(item)
+                else:
+                    self._admit(item)
+            if not self.active:
+                if exhausted or self.should_stop():
+                    break
+                continue
+            progressed = False
+            if self.engine.has_work():
+                out = self.engine.step()
+                progressed = True
+                self.stats.engine_steps += 1
+                self.stats.generation_seconds += out.seconds
+                self.stats.generated_tokens += out.num_sampled
+                for parent, child in out.forked:
+                    child.tags[0].search.on_forked(child)
+                for seq in out.stopped:
+                    for node in list(seq.tags):
+                        node.search.on_stopped(node, seq)
+            if self.verifier.queue:
+                progressed = True
+                for task in self.verifier.flush():
+                    task.owner.search.on_scored(task.owner, task.score)
+            for entry in [e for e in self.active if e[1].done]:
+                self.active.remove(entry)
+                problem, search = entry
+                self.stats.problems_done += 1
+                self.on_result(problem, search.result(), search)
+            self.on_iteration(self.stats)
+            if not progressed and self.active:
+                raise RuntimeError("search stalled: no sequence to run and no verification queued")
+        return self.stats

@@ -1,0 +1,126 @@
+"""The search tree of one problem: nodes hold one reasoning step each."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.engine.sequence import Sequence, StopReason
+
+
+class NodeStatus(str, enum.Enum):
+    GENERATING = "generating"
+    FINISHED = "finished"  # step generated, waiting for its score
+    VERIFIED = "verified"  # scored, not yet decided
+    SELECTED = "selected"  # kept and expanded
+    COMPLETED = "completed"  # a finished path (one of the N answers)
+    PRUNED = "pruned"  # lost selection
+
+
+class EndReason(str, enum.Enum):
+    """Why a path ended."""
+
+    EOS = "eos"
+    LENGTH = "length"
+    STEP_CAP = "step-cap"
+    PRUNED = "pruned"
+
+
+@dataclass(eq=False)
+class Node:
+    """One candidate step; the root holds the prompt and has no step.
+
+    path: child indices from the root joined by '.' (seeds the candidate's sampler).
+    step_start: index in the carrying sequence's tokens where this step begins.
+    prefix_ids: the scorer's input ids up to and including this step.
+    scores: step scores along the path from depth 1 to this node.
+    """
+
+    node_id: int
+    parent: "Node | None"
+    depth: int
+    path: str
+    seed: int = 0
+    seq: Sequence | None = None
+    step_start: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    status: NodeStatus = NodeStatus.GENERATING
+    stop_reason: StopReason | None = None
+    end_reason: EndReason | None = None
+    score: float | None = None
+    path_score: float | None = None
+    scores: list[float] = field(default_factory=list)
+    prefix_ids: list[int] = field(default_factory=list)
+    children: list["Node"] = field(default_factory=list)
+    t_start: float = 0.0
+    t_finish: float | None = None
+    t_scored: float | None = None
+    search: Any = None  # the per-problem search that owns this node (engine tags point back here)
+
+    def path_nodes(self) -> list["Node"]:
+        """Nodes from depth 1 down to this one."""
+        out = []
+        n = self
+        while n is not None and n.parent is not None:
+            out.append(n)
+            n = n.parent
+        return out[::-1]
+
+
+class SearchTree:
+    """All nodes of one problem's search, with timestamps relative to ``t0`` (seconds)."""
+
+    def __init__(self, problem_id: str, problem: str, root_token_ids: list[int], t0: float | None = None):
+        self.problem_id = problem_id
+        self.problem = problem
+        self.t0 = t0 if t0 is not None else time.perf_counter()
+        self.nodes: list[Node] = []
+        self.owner: Any = None
+        self.root = self._new(None, 0, "")
+        self.root.token_ids = list(root_token_ids)
+        self.root.status = NodeStatus.SELECTED
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def _new(self, parent: Node | None, depth: int, path: str) -> Node:
+        node = Node(len(self.nodes), parent, depth, path, t_start=self.now(), search=self.owner)
+        self.nodes.append(node)
+        if parent is not None:
+            parent.children.append(node)
+        return node
+
+    def add_child(self, parent: Node, index: int) -> Node:
+        """A new candidate under ``parent`` with path ``parent.path + '.' + index``."""
+        path = f"{parent.path}.{index}" if parent.path else str(index)
+        return self._new(parent, parent.depth + 1, path)
+
+    def to_dict(self, tokenizer=None) -> dict:
+        """JSON-ready trace: every node with parent, step text, tokens, score, status, timestamps."""
+        return {
+            "id": self.problem_id,
+            "problem": self.problem,
+            "num_prompt_tokens": len(self.root.token_ids),
+            "nodes": [
+                {
+                    "id": n.node_id,
+                    "parent": n.parent.node_id if n.parent else None,
+                    "depth": n.depth,
+                    "path": n.path,
+                    "text": n.text,
+                    "num_tokens": len(n.token_ids) if n.parent else 0,
+                    "score": n.score,
+                    "path_score": n.path_score,
+                    "status": n.status.value,
+                    "stop_reason": n.stop_reason.value if n.stop_reason else None,
+                    "end_reason": n.end_reason.value if n.end_reason else None,
+                    "t_start": round(n.t_start, 4),
+                    "t_finish": round(n.t_finish, 4) if n.t_finish is not None else None,
+                    "t_scored": round(n.t_scored, 4) if n.t_scored is not None else None,
+                }
+                for n in self.nodes
+            ],
+        }

@@ -1,0 +1,84 @@
+"""Builds the models, engines, scorer and verifier that one run needs, from plain settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.engine.engine import EngineConfig, GenerationEngine
+from core.models.loader import LoadedModel, load_model
+from core.verify.base import Scorer
+from core.verify.likelihood import LikelihoodScorer
+from core.verify.lm_judge import LMJudgeScorer
+from core.verify.verifier import Verifier
+
+SCORERS = {"likelihood": LikelihoodScorer, "lm-judge": LMJudgeScorer}
+
+
+@dataclass
+class ModelSettings:
+    """Which models to load and how to size their engines.
+
+    generator/prm: model specs (see :func:`core.models.loader.load_model`); an equal spec loads once.
+    scorer: the scoring adapter run on the PRM model (see :data:`SCORERS`).
+    gen_kv_bytes/prm_kv_bytes: KV pool sizes in bytes.
+    """
+
+    generator: str = "smollm2-135m-instruct"
+    prm: str = "smollm2-135m-instruct"
+    scorer: str = "likelihood"
+    dtype: str | None = None
+    device: str = "cpu"
+    block_size: int = 16
+    gen_kv_bytes: int = 3 << 30
+    prm_kv_bytes: int = 1 << 30
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = 4096
+    enable_prefix_caching: bool = True
+
+
+@dataclass
+class Runtime:
+    """Everything a search run needs, built once and shared by every problem."""
+
+    generator: LoadedModel
+    prm: LoadedModel
+    engine: GenerationEngine
+    verifier: Verifier
+    scorer: Scorer
+    settings: ModelSettings = field(default_factory=ModelSettings)
+
+
+def same_tokenizer(a, b) -> bool:
+    """True when two tokenizers map text to the same ids (same object, or same vocab and class)."""
+    if a is b:
+        return True
+    return type(a) is type(b) and len(a) == len(b) and a.get_vocab() == b.get_vocab()
+
+
+def build_runtime(settings: ModelSettings, generator: LoadedModel | None = None,
+                  prm: LoadedModel | None = None) -> Runtime:
+    """Load models (unless given) and build the generator engine, scorer engine and verifier.
+
+    Raises:
+        ModelLoadError: a model spec cannot be loaded.
+        ValueError: unknown scorer, or an engine that cannot be sized as asked.
+    """
+    if settings.scorer not in SCORERS:
+        raise ValueError(f"unknown scorer '{settings.scorer}'; choose one of {', '.join(SCORERS)}")
+    generator = generator or load_model(settings.generator, settings.dtype, settings.device)
+    if prm is None:
+        prm = generator if settings.prm == settings.generator else load_model(settings.prm, settings.dtype, settings.device)
+
+    def engine_for(loaded: LoadedModel, kv_bytes: int) -> GenerationEngine:
+        cfg = EngineConfig(block_size=settings.block_size, kv_cache_bytes=kv_bytes, max_num_seqs=settings.max_num_seqs,
+                           max_num_batched_tokens=settings.max_num_batched_tokens,
+                           max_model_len=min(settings.max_model_len or 1 << 30,
+                                             getattr(loaded.model.config, "max_position_embeddings", 1 << 30)),
+                           enable_prefix_caching=settings.enable_prefix_caching)
+        return GenerationEngine(loaded.model, cfg, loaded.tokenizer)
+
+    engine = engine_for(generator, settings.gen_kv_bytes)
+    prm_engine = engine_for(prm, settings.prm_kv_bytes)
+    scorer = SCORERS[settings.scorer](prm.tokenizer, share_generator_ids=same_tokenizer(generator.tokenizer, prm.tokenizer))
+    return Runtime(generator, prm, engine, Verifier(prm_engine, scorer), scorer, settings)

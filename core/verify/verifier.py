@@ -1,0 +1,97 @@
+"""Runs step scoring as prefill-only batches on the scorer's own paged engine.
+
+Verification tasks are queued with :meth:`Verifier.submit`; :meth:`Verifier.flush` prefills every
+queued task in one continuous batch (one "PRM call"), with prefix caching, so scoring step t of a
+path only computes the tokens new since its parent's scoring (plus a partial block).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.engine.engine import GenerationEngine
+
+from .base import ScoreRequest, Scorer
+
+
+@dataclass
+class VerificationTask:
+    """One candidate step waiting for its score.
+
+    owner: opaque (the search puts the tree node here). request: the scorer's prefill.
+    """
+
+    owner: Any
+    request: ScoreRequest
+    submitted_at: float = field(default_factory=time.perf_counter)
+    score: float | None = None
+
+
+@dataclass
+class VerifierStats:
+    """Counters: flushes (PRM calls), tasks, prefilled tokens, seconds spent, tokens served by cache."""
+
+    flushes: int = 0
+    tasks: int = 0
+    input_tokens: int = 0
+    computed_tokens: int = 0
+    seconds: float = 0.0
+
+
+class Verifier:
+    """Queue of verification tasks and the engine that scores them.
+
+    Args:
+        engine: a :class:`GenerationEngine` over the scorer model (used prefill-only).
+        scorer: the adapter that builds inputs and reads scores.
+    """
+
+    def __init__(self, engine: GenerationEngine, scorer: Scorer):
+        self.engine = engine
+        self.scorer = scorer
+        self.queue: list[VerificationTask] = []
+        self.stats = VerifierStats()
+
+    def submit(self, owner: Any, request: ScoreRequest) -> VerificationTask:
+        """Queue one task; nothing runs until :meth:`flush`."""
+        task = VerificationTask(owner, request)
+        self.queue.append(task)
+        return task
+
+    @property
+    def queued_tokens(self) -> int:
+        return sum(len(t.request.token_ids) for t in self.queue)
+
+    def flush(self) -> list[VerificationTask]:
+        """Score every queued task in one batched prefill; returns them with ``score`` set.
+
+        Tasks with identical inputs are prefilled once and share the score.
+        """
+        if not self.queue:
+            return []
+        t0 = time.perf_counter()
+        tasks, self.queue = self.queue, []
+        by_input: dict[tuple, list[VerificationTask]] = {}
+        for t in tasks:
+            key = (tuple(t.request.token_ids), tuple(t.request.read_positions))
+            by_input.setdefault(key, []).append(t)
+        seqs = []
+        tokens_before = self.engine.total_tokens
+        for group in by_input.values():
+            req = group[0].request
+            seqs.append((self.engine.add(req.token_ids, prefill_only=True, read_positions=req.read_positions), group))
+            self.stats.input_tokens += len(req.token_ids)
+        while self.engine.has_work():
+            self.engine.step()
+        for seq, group in seqs:
+            value = self.scorer.score(group[0].request, seq.read_logits)
+            seq.read_logits = []
+            for t in group:
+                t.score = value
+        self.stats.flushes += 1
+        self.stats.tasks += len(tasks)
+        self.stats.computed_tokens += self.engine.total_tokens - tokens_before
+        self.stats.seconds += time.perf_counter() - t0
+        return tasks
