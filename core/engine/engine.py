@@ -232,7 +232,8 @@ class GenerationEngine:
         for seq, n in batch:
             c = seq.num_computed
             if seq.prefill_only:
-                for p in seq.read_positions:
+                # positions read before a preemption are not read again when they are recomputed
+                for p in seq.read_positions[len(seq.read_logits):]:
                     if c <= p < c + n:
                         logit_rows.append(offset + p - c)
                         row_owner.append((seq, p))

@@ -39,8 +39,9 @@ class KVManager:
         assert not seq.block_table and seq.num_computed == 0
         bs = self.block_size
         first_needed = len(seq.token_ids) - 1
-        if seq.read_positions:
-            first_needed = min(first_needed, seq.read_positions[0])
+        unread = seq.read_positions[len(seq.read_logits):]  # all of them unless re-admitted after preemption
+        if unread:
+            first_needed = min(first_needed, unread[0])
         n_full = first_needed // bs
         hashes = []
         h = None

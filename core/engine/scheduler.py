@@ -87,12 +87,19 @@ class Scheduler:
             self.add_waiting(seq)
         # a paused sequence stays paused; resume() sends it to the waiting queue
 
-    def _victim(self, protect: set[Sequence]) -> Sequence | None:
+    def _victim(self, needy: Sequence) -> Sequence | None:
+        """A paused sequence holding KV, else the lowest-priority running one ranked below ``needy``.
+
+        None means ``needy`` itself ranks lowest and must be the one preempted (a low-priority
+        sequence never evicts a higher-priority one).
+        """
         held = [s for s in self.paused if s.block_table]
         if held:
             return max(held, key=_order)
         for seq in sorted(self.running, key=_order, reverse=True):
-            if seq not in protect and seq.block_table:
+            if _order(seq) <= _order(needy):
+                break
+            if seq.block_table:
                 return seq
         return None
 
@@ -151,7 +158,7 @@ class Scheduler:
                 self.kv.grow(seq, n)
                 return True
             except OutOfBlocks:
-                victim = self._victim(protect={seq})
+                victim = self._victim(seq)
                 if victim is None:
                     self._preempt(seq)
                     return False

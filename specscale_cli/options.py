@@ -1,0 +1,87 @@
+"""Command-line options shared by `solve` and `bench`: preset, models, engine sizing, search."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+_GIB = 1 << 30
+
+# (option flags, destination field, table, click type, help)
+_MODEL_OPTIONS = [
+    (("--generator",), "generator", str, "Generator model: embedded name, HF folder, hub name or .gguf file."),
+    (("--prm",), "prm", str, "Scoring model (same forms as --generator)."),
+    (("--scorer",), "scorer", click.Choice(["likelihood", "lm-judge"]), "How the PRM model scores a step."),
+    (("--dtype",), "dtype", click.Choice(["float32", "bfloat16", "float16"]), "Weights dtype (CPU default float32)."),
+    (("--device",), "device", str, "cpu or cuda[:i]."),
+    (("--max-num-seqs",), "max_num_seqs", click.IntRange(min=1), "Engine: running sequences per step."),
+    (("--max-num-batched-tokens",), "max_num_batched_tokens", click.IntRange(min=1), "Engine: tokens per step."),
+    (("--max-model-len",), "max_model_len", click.IntRange(min=2), "Engine: context limit in tokens."),
+    (("--block-size",), "block_size", click.IntRange(min=1), "Engine: tokens per KV block."),
+]
+_SEARCH_OPTIONS = [
+    (("-n", "--beam-size"), "beam_size", int, "Beam size N: completed candidates per problem."),
+    (("-m", "--beam-width"), "beam_width", int, "Beam width M: children per selected candidate."),
+    (("--temperature",), "temperature", float, "Sampling temperature (0 = greedy)."),
+    (("--top-p",), "top_p", float, "Nucleus sampling mass."),
+    (("--max-steps",), "max_steps", int, "Step cap per path."),
+    (("--max-step-tokens",), "max_step_tokens", int, "Token limit per step."),
+    (("--max-tokens",), "max_tokens", int, "Generated-token limit per path."),
+    (("--step-delimiter",), "step_delimiter", str, "Text that ends a step (escapes like \\n are understood)."),
+    (("--aggregation",), "aggregation", click.Choice(["last", "min", "prod", "mean"]), "Path score from step scores."),
+    (("--seed",), "seed", int, "Run seed (each candidate's sampler derives from it, the problem id and its path)."),
+]
+
+
+def model_and_search_options(fn):
+    """Add preset, model, engine and search options to a click command (all default to the preset)."""
+    opts = [
+        click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
+        click.option("--policy", type=click.Choice(["non-spec"]), default="non-spec", show_default=True,
+                     help="Search policy."),
+        click.option("--kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Generator KV pool (GiB)."),
+        click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Scorer KV pool (GiB)."),
+        click.option("--no-prefix-caching", is_flag=True, help="Disable prefix caching (for measurements)."),
+    ]
+    for flags, dest, typ, help_ in _MODEL_OPTIONS + _SEARCH_OPTIONS:
+        opts.append(click.option(*flags, dest, type=typ, default=None, help=help_))
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return functools.wraps(fn)(fn)
+
+
+def build_settings(opts: dict):
+    """Merge preset and flags into ``(ModelSettings, SearchConfig, policy)``.
+
+    Raises:
+        click.UsageError: unknown preset or invalid settings (N not divisible by M, ...).
+    """
+    from core.presets import DEFAULT_PRESET, PresetError, load_preset
+    from core.search.config import SearchConfig
+    from core.solver import ModelSettings
+
+    try:
+        models, search = load_preset(opts.pop("preset") or DEFAULT_PRESET)
+    except PresetError as exc:
+        raise click.UsageError(str(exc)) from exc
+    policy = opts.pop("policy")
+    if opts.get("kv_cache_gb") is not None:
+        models["gen_kv_bytes"] = int(opts["kv_cache_gb"] * _GIB)
+    if opts.get("prm_kv_cache_gb") is not None:
+        models["prm_kv_bytes"] = int(opts["prm_kv_cache_gb"] * _GIB)
+    if opts.get("no_prefix_caching"):
+        models["enable_prefix_caching"] = False
+    for _, dest, _, _ in _MODEL_OPTIONS:
+        if opts.get(dest) is not None:
+            models[dest] = opts[dest]
+    for _, dest, _, _ in _SEARCH_OPTIONS:
+        if opts.get(dest) is not None:
+            value = opts[dest]
+            if dest == "step_delimiter":
+                value = value.encode("utf-8").decode("unicode_escape")
+            search[dest] = value
+    try:
+        return ModelSettings(**models), SearchConfig(**search), policy
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc

