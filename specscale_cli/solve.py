@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -61,7 +60,6 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, **opts)
     except OSError as exc:
         raise click.UsageError(f"output folder {out} is not writable: {exc}") from exc
 
-    console_err = click.get_text_stream("stderr")
     click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)...", err=True)
     try:
         runtime = build_runtime(settings)
@@ -81,7 +79,7 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, **opts)
     started = time.perf_counter()
     problem_started: dict[str, float] = {}
 
-    with AnswerWriter(out) as writer, ProgressDisplay(total, enabled=not no_progress, stream=console_err) as progress:
+    with AnswerWriter(out) as writer, ProgressDisplay(total, enabled=not no_progress, stream=sys.stderr) as progress:
 
         def on_result(problem, result, search):
             gold = problem.answer

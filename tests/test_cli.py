@@ -1,0 +1,117 @@
+"""`specscale solve` end to end: a tiny random model saved as an HF folder, and the embedded SmolLM2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import torch
+from click.testing import CliRunner
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specscale_cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+GSM8K = ROOT / "examples" / "gsm8k_sample.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, smollm2):
+    """A tiny random Llama with SmolLM2's tokenizer, saved like any HF model folder."""
+    torch.manual_seed(0)
+    tok = smollm2.tokenizer
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      tie_word_embeddings=False, initializer_range=0.05,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    path = tmp_path_factory.mktemp("tiny-model")
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def solve(args, model_dir=None):
+    base = ["solve", *args, "--no-progress"]
+    if model_dir is not None:
+        base += ["--generator", str(model_dir), "--prm", str(model_dir), "--step-delimiter", "e",
+                 "-n", "4", "-m", "2", "--max-steps", "2", "--max-step-tokens", "32",
+                 "--kv-cache-gb", "0.05", "--prm-kv-cache-gb", "0.05", "--max-model-len", "1024"]
+    return CliRunner().invoke(cli, base, catch_exceptions=False)
+
+
+def records(out: Path) -> list[dict]:
+    return [orjson.loads(line) for line in (out / "answers.jsonl").read_bytes().splitlines()]
+
+
+def test_solve_writes_answers_and_traces(tiny_dir, tmp_path):
+    out = tmp_path / "out"
+    res = solve([str(GSM8K), "--limit", "3", "-o", str(out)], tiny_dir)
+    assert res.exit_code == 0, res.output
+    recs = records(out)
+    gold = [orjson.loads(line) for line in GSM8K.read_bytes().splitlines()[:3]]
+    assert sorted(r["id"] for r in recs) == sorted(g["id"] for g in gold)
+    for r in recs:
+        g = next(x for x in gold if x["id"] == r["id"])
+        assert r["gold"] == g["answer"]
+        assert isinstance(r["correct"], bool)
+        assert len(r["completions"]) == 4
+        assert all(c["end_reason"] in {"eos", "length", "step-cap"} for c in r["completions"])
+        scores = [c["path_score"] for c in r["completions"]]
+        assert scores == sorted(scores, reverse=True)
+        trace = orjson.loads((out / "traces" / f"{r['id']}.json").read_bytes())
+        assert len(trace["nodes"]) == r["num_nodes"] + 1
+        assert trace["nodes"][0]["parent"] is None
+        statuses = {n["status"] for n in trace["nodes"][1:]}
+        assert statuses <= {"selected", "pruned", "completed"}
+
+
+def test_same_seed_same_answers_file(tiny_dir, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        assert solve([str(GSM8K), "--limit", "2", "-o", str(out), "--max-concurrent", "2"], tiny_dir).exit_code == 0
+
+    def strip(rs):
+        return sorted(({k: v for k, v in r.items() if k != "time_s"} for r in rs), key=lambda r: r["id"])
+
+    assert strip(records(a)) == strip(records(b))
+
+
+def test_bad_lines_become_error_records(tiny_dir, tmp_path):
+    good = GSM8K.read_text().splitlines()
+    src = tmp_path / "mixed.jsonl"
+    src.write_text("\n".join([good[0], "{not json", '{"id": "x", "answer": "1"}', "", good[1]]) + "\n")
+    out = tmp_path / "out"
+    res = solve([str(src), "-o", str(out)], tiny_dir)
+    assert res.exit_code == 1
+    recs = records(out)
+    errors = {r["line"]: r for r in recs if "error" in r}
+    assert set(errors) == {2, 3}
+    assert errors[3]["error"]["field"] == "problem"
+    assert "mixed.jsonl:2" in res.output and "mixed.jsonl:3" in res.output
+    assert sorted(r["id"] for r in recs if "error" not in r) == sorted(orjson.loads(good[i])["id"] for i in (0, 1))
+
+
+def test_usage_errors_exit_2(tmp_path):
+    res = CliRunner().invoke(cli, ["solve", str(GSM8K), "-n", "6", "-m", "4", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "divisible" in res.output
+    res = CliRunner().invoke(cli, ["solve", str(GSM8K), "--generator", str(tmp_path / "nope"), "-o",
+                                   str(tmp_path / "o")])
+    assert res.exit_code == 2 and "not found" in res.output
+    res = CliRunner().invoke(cli, ["solve", str(tmp_path / "missing.jsonl")])
+    assert res.exit_code == 2 and "no such file" in res.output
+
+
+@pytest.mark.slow
+def test_embedded_model_end_to_end(smollm2, tmp_path):
+    """The real main job on the embedded SmolLM2 (generator and likelihood scorer), 2 problems."""
+    out = tmp_path / "out"
+    res = solve([str(GSM8K), "--limit", "2", "-o", str(out), "-n", "2", "-m", "2", "--max-steps", "2",
+                 "--max-step-tokens", "24"])
+    assert res.exit_code == 0, res.output
+    recs = records(out)
+    assert len(recs) == 2
+    for r in recs:
+        assert len(r["completions"]) == 2
+        assert r["num_generated_tokens"] > 0
+        assert all(0.0 <= s <= 1.0 for c in r["completions"] for s in c["step_scores"])
