@@ -38,8 +38,15 @@ def model_and_search_options(fn):
     """Add preset, model, engine and search options to a click command (all default to the preset)."""
     opts = [
         click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
-        click.option("--policy", type=click.Choice(["non-spec"]), default="non-spec", show_default=True,
-                     help="Search policy."),
+        click.option("--policy", type=click.Choice(["non-spec", "naive-spec", "specscale"]), default="non-spec",
+                     show_default=True, help="Search policy (see README: Policies)."),
+        click.option("--ep/--no-ep", "early_pruning", default=None,
+                     help="specscale: early pruning of candidates that cannot reach the top-k (default on)."),
+        click.option("--cd/--no-cd", "dedup", default=None,
+                     help="specscale: computation deduplication of candidates sharing a prefix (default on)."),
+        click.option("--perfect-score", type=float, default=None,
+                     help="specscale EP: score that closes a depth once k candidates reach it (default 1.0; "
+                          "a value above 1 disables the rule)."),
         click.option("--kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Generator KV pool (GiB)."),
         click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Scorer KV pool (GiB)."),
         click.option("--no-prefix-caching", is_flag=True, help="Disable prefix caching (for measurements)."),
@@ -75,6 +82,11 @@ def build_settings(opts: dict):
     for _, dest, _, _ in _MODEL_OPTIONS:
         if opts.get(dest) is not None:
             models[dest] = opts[dest]
+    for dest in ("early_pruning", "dedup"):
+        if opts.get(dest) is not None:
+            search[dest] = opts[dest]
+    if opts.get("perfect_score") is not None:
+        search["perfect_score"] = opts["perfect_score"] if opts["perfect_score"] <= 1.0 else None
     for _, dest, _, _ in _SEARCH_OPTIONS:
         if opts.get(dest) is not None:
             value = opts[dest]

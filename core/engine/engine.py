@@ -206,6 +206,26 @@ class GenerationEngine:
             self.scheduler.add_waiting(child)
         return child
 
+    def detach(self, seq: Sequence, tag: Any) -> bool:
+        """Remove one logical candidate (by its tag) from ``seq``; free ``seq`` when none is left.
+
+        Returns True when the sequence was freed.
+
+        Raises:
+            ValueError: ``tag`` is not carried by ``seq``.
+        """
+        for i, t in enumerate(seq.tags):
+            if t is tag:
+                del seq.tags[i]
+                del seq.seeds[i]
+                break
+        else:
+            raise ValueError(f"sequence {seq.seq_id} does not carry that candidate")
+        if not seq.tags:
+            self.free(seq)
+            return True
+        return False
+
     def free(self, seq: Sequence) -> None:
         """Stop tracking ``seq`` and release its KV blocks (full blocks stay prefix-cached)."""
         if seq.status is SeqStatus.FINISHED:

@@ -1,26 +1,37 @@
-"""Non-speculative PRM-guided beam search for one problem (the baseline policy, ``non-spec``).
+"""PRM-guided beam search for one problem: the non-speculative baseline and the speculative policies.
 
-Per depth (DESIGN.md "Policies", Snell et al. 2024 / search-and-learn):
+All policies share one depth-synchronous *decision* rule (DESIGN.md "Policies", Snell et al. 2024):
+the candidates of depth d (the children of the candidates selected at depth d-1) each generate one
+step and are scored; once all are scored, candidates whose path ended (EOS, a length limit, the
+step cap) complete; with ``remaining = N - completed``, the best ``k = ceil(remaining / M)`` live
+ones by path score are selected (top-k = N / M while nothing has completed; ties go to the
+earlier candidate) and expanded into ``remaining`` children in total, M each, best parents first.
+The search ends when N candidates have completed, so it returns exactly N.
 
-1. every live candidate generates one step (the N first-step candidates are N draws from the one
-   prompt row; later ones continue from their parent's cached KV);
-2. once all of them finished the step, all are scored in one verification batch;
-3. candidates whose path ended (EOS, a length limit, or the step cap) become *completed*; with
-   ``remaining = N - completed``, the best ``ceil(remaining / M)`` live ones by path score are
-   selected (top-k = N / M while nothing has completed) and the rest pruned;
-4. the selected ones are expanded into ``remaining`` children in total, M each (the best parents
-   first), and the next depth begins.
+The policies differ only in *when* work happens:
 
-The search ends when N candidates have completed, so it returns exactly N completed candidates.
+* ``non-spec``: a depth's candidates are verified together once all finished their step, and
+  only the selected ones are expanded.
+* ``naive-spec``: a candidate is verified as soon as its step finishes and, once scored, expanded
+  speculatively into M children before its depth is decided; when the depth is decided, the
+  subtrees of candidates outside the top-k are cancelled and their KV freed (and surplus children
+  of a selected candidate that needs fewer than M are cancelled too).
+* ``specscale`` (SpecScale paper section 4): naive-spec plus
+  - EP (section 4.1): a scored candidate with at least k scored live candidates ranked ahead of it
+    can never be selected, so it is pruned at once with its speculative subtree; and once k
+    candidates hold the perfect score, the depth is decided and the others are pruned;
+  - CD (section 4.2): candidates that share a prefix share one physical sequence (with a
+    potential = how many they are) and part only when their sampled tokens differ; identical
+    finished candidates are scored once.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from core.engine.engine import GenerationEngine
 from core.engine.sampler import candidate_seed
-from core.engine.sequence import SamplingParams, Sequence, StopCriteria, StopReason
+from core.engine.sequence import SamplingParams, Sequence, SeqStatus, StopCriteria, StopReason
 from core.grading.extract import extract_answer
 from core.verify.base import Scorer
 from core.verify.verifier import Verifier
@@ -35,6 +46,7 @@ _END_REASONS = {
     StopReason.MAX_TOKENS: EndReason.LENGTH,
     StopReason.CONTEXT: EndReason.LENGTH,
 }
+_LIVE = (NodeStatus.GENERATING, NodeStatus.FINISHED, NodeStatus.VERIFIED, NodeStatus.SELECTED)
 
 
 def split_children(total: int, parents: int) -> list[int]:
@@ -43,8 +55,8 @@ def split_children(total: int, parents: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parents)]
 
 
-class NonSpecBeamSearch:
-    """The ``non-spec`` policy's state machine for one problem.
+class BeamSearch:
+    """One problem's beam search under one policy (see the module docstring).
 
     Args:
         problem_id/problem: the problem.
@@ -55,16 +67,18 @@ class NonSpecBeamSearch:
     """
 
     policy = "non-spec"
+    speculative = False
 
     def __init__(self, problem_id: str, problem: str, prompt_ids: list[int], *, engine: GenerationEngine,
                  verifier: Verifier, scorer: Scorer, config: SearchConfig, tokenizer,
-                 eos_token_ids: frozenset[int], t0: float | None = None, extra: dict | None = None):
+                 eos_token_ids: frozenset[int], t0: float | None = None):
         self.config = config
         self.engine = engine
         self.verifier = verifier
         self.scorer = scorer
         self.tokenizer = tokenizer
-        self.extra = extra or {}
+        self.early_pruning = False
+        self.dedup = False
         self.tree = SearchTree(problem_id, problem, prompt_ids, t0)
         self.tree.owner = self
         self.tree.root.search = self
@@ -72,23 +86,41 @@ class NonSpecBeamSearch:
         self.sampling = SamplingParams(config.temperature, config.top_p)
         self.stop = StopCriteria(config.step_delimiter, eos_token_ids, config.max_step_tokens, config.max_tokens)
         self.completed: list[Node] = []
-        self.frontier: list[Node] = []  # candidates of the current depth
+        self.frontier: list[Node] = []  # the candidates of the undecided depth
         self.done = False
         self.generated_tokens = 0
 
-    # ------------------------------------------------------------------ driving
+    # ------------------------------------------------------------------ small predicates
+    def _ends(self, node: Node) -> bool:
+        """True when a scored candidate's path cannot continue (so it completes, never expands)."""
+        return node.stop_reason.ends_path or node.depth >= self.config.max_steps
+
+    @staticmethod
+    def _order_key(node: Node) -> tuple[int, ...]:
+        """Tree path as numbers: a candidate order that is the same under every policy."""
+        return tuple(int(i) for i in node.path.split("."))
+
+    def _rank_key(self, node: Node):
+        # ties go to the earlier path, so every policy selects the same candidates
+        return (-node.path_score, self._order_key(node))
+
+    # ------------------------------------------------------------------ engine events
     def start(self) -> None:
         """Queue the prompt; its one logits row yields the N first-step candidates."""
         root = self.tree.root
         nodes = [self.tree.add_child(root, i) for i in range(self.config.beam_size)]
-        for n in nodes:
-            n.seed = candidate_seed(self.config.seed, self.tree.problem_id, n.path)
-            n.step_start = len(root.token_ids)
-        seq = self.engine.add(root.token_ids, sampling=self.sampling, stop=self.stop,
-                              seeds=[n.seed for n in nodes], tags=nodes)
+        self._launch(nodes, len(root.token_ids))
+        seq = self.engine.add(root.token_ids, sampling=self.sampling, stop=self.stop, seeds=[n.seed for n in nodes],
+                              tags=nodes, dedup=self.dedup)
         for n in nodes:
             n.seq = seq
         self.frontier = nodes
+
+    def _launch(self, nodes: list[Node], step_start: int) -> None:
+        for n in nodes:
+            n.seed = candidate_seed(self.config.seed, self.tree.problem_id, n.path)
+            n.step_start = step_start
+            n.t_start = self.tree.now()
 
     def on_forked(self, child: Sequence) -> None:
         """The engine split candidates off onto ``child``."""
@@ -101,9 +133,14 @@ class NonSpecBeamSearch:
         node.text = self.tokenizer.decode(node.token_ids, skip_special_tokens=True)
         node.stop_reason = seq.stop_reason
         node.status = NodeStatus.FINISHED
+        node.potential = len(seq.tags)
         node.t_finish = self.tree.now()
-        self.generated_tokens += len(node.token_ids)
-        if all(n.status is NodeStatus.FINISHED for n in self.frontier):
+        # with CD one sequence carries several candidates: its tokens were generated once
+        if seq.tags[0] is node:
+            self.generated_tokens += len(node.token_ids)
+        if self.speculative:
+            self._submit(node)
+        elif all(n.status is NodeStatus.FINISHED for n in self.frontier):
             for n in self.frontier:
                 self._submit(n)
 
@@ -112,72 +149,186 @@ class NonSpecBeamSearch:
         node.prefix_ids = parent.prefix_ids + self.scorer.step_ids(node.text, node.token_ids)
         self.verifier.submit(node, self.scorer.request(parent.prefix_ids, node.prefix_ids))
 
-    def on_scored(self, node: Node, score: float) -> None:
-        """Record a step score; decide the depth once all its candidates are scored."""
-        node.score = score
-        node.scores = node.parent.scores + [score]
-        node.path_score = aggregate(node.scores, self.config.aggregation)
-        node.status = NodeStatus.VERIFIED
-        node.t_scored = self.tree.now()
-        if all(n.status is NodeStatus.VERIFIED for n in self.frontier):
-            self._decide_depth()
+    def on_scored(self, scored: Iterable[tuple[Node, float]]) -> None:
+        """Record one flush's scores for this problem, then expand, prune and decide as the policy says."""
+        fresh = []
+        for node, score in scored:
+            node.score = score
+            node.scores = node.parent.scores + [score]
+            node.path_score = aggregate(node.scores, self.config.aggregation)
+            node.t_scored = self.tree.now()
+            if node.status is NodeStatus.FINISHED:
+                node.status = NodeStatus.VERIFIED
+                fresh.append(node)
+        if self.speculative:
+            self._speculate([n for n in fresh if n in self.frontier])
+        self._advance()
 
-    # ------------------------------------------------------------------ selection
-    def _decide_depth(self) -> None:
+    # ------------------------------------------------------------------ policy steps
+    def _speculate(self, nodes: list[Node]) -> None:
+        """Expand scored, live frontier candidates into M children before their depth is decided."""
+        if self.early_pruning:
+            self._early_prune()
+        ready = [n for n in nodes if n.status is NodeStatus.VERIFIED and not self._ends(n) and not n.children]
+        self._expand_many([(n, self.config.beam_width) for n in ready], speculative=True)
+
+    def _early_prune(self) -> None:
+        """EP: prune scored live candidates that can no longer reach the top-k (paper section 4.1)."""
+        # k at decision time is at most ceil(|frontier| / M): completions only shrink it
+        k_max = -(-len(self.frontier) // self.config.beam_width)
+        scored = [n for n in self.frontier if n.status in (NodeStatus.VERIFIED, NodeStatus.PRUNED)
+                  and not self._ends(n)]
+        scored.sort(key=self._rank_key)
+        for node in scored[k_max:]:
+            if node.status is NodeStatus.VERIFIED:
+                self._prune(node, "ep")
+
+    def _perfect_decision(self) -> bool:
+        """EP's perfect-score rule: k live candidates at the perfect score decide the depth at once."""
+        target = self.config.perfect_score
+        if not self.early_pruning or target is None:
+            return False
+        remaining = self.config.beam_size - len(self.completed) - sum(
+            1 for n in self.frontier if n.status is NodeStatus.VERIFIED and self._ends(n))
+        k = -(-remaining // self.config.beam_width)
+        perfect = [n for n in self.frontier if n.status is NodeStatus.VERIFIED and not self._ends(n)
+                   and n.path_score >= target]
+        return remaining > 0 and len(perfect) >= k
+
+    def _advance(self) -> None:
+        """Decide depths while the frontier allows it (speculation can make several ready at once)."""
+        while not self.done:
+            scored = all(n.status in (NodeStatus.VERIFIED, NodeStatus.PRUNED) for n in self.frontier)
+            if scored:
+                self._decide(closed_early=False)
+            elif self._perfect_decision():
+                self._decide(closed_early=True)
+            else:
+                return
+
+    def _decide(self, closed_early: bool) -> None:
+        """Complete ended paths, select the top-k live candidates, expand them; next depth."""
         active: list[Node] = []
         for node in self.frontier:
-            if node.stop_reason.ends_path:
-                self._complete(node, _END_REASONS[node.stop_reason])
-            elif node.depth >= self.config.max_steps:
-                self._complete(node, EndReason.STEP_CAP)
-            else:
+            if node.status is NodeStatus.VERIFIED and self._ends(node):
+                reason = EndReason.STEP_CAP if not node.stop_reason.ends_path else _END_REASONS[node.stop_reason]
+                self._complete(node, reason)
+            elif node.status in (NodeStatus.VERIFIED, NodeStatus.PRUNED):
                 active.append(node)
+            else:  # closed early: candidates still generating or unscored lose their chance
+                self._prune(node, "perfect-score")
         remaining = self.config.beam_size - len(self.completed)
         if remaining <= 0 or not active:
             for node in active:
-                self._prune(node)
-            self._finish()
+                self._prune(node, "top-k")
+            self.frontier = []
+            self.done = True
             return
-        # stable sort: ties keep generation order, so results do not depend on float noise in sorting
-        ranked = sorted(active, key=lambda n: -n.path_score)
+        ranked = sorted(active, key=self._rank_key)
         k = min(len(ranked), -(-remaining // self.config.beam_width))
-        selected, losers = ranked[:k], ranked[k:]
-        for node in losers:
-            self._prune(node)
-        self.frontier = []
+        selected = ranked[:k]
+        for node in ranked[k:]:
+            self._prune(node, "top-k")
+        new_frontier: list[Node] = []
+        expansions = []
         for parent, count in zip(selected, split_children(remaining, k)):
-            self._expand(parent, count)
+            parent.status = NodeStatus.SELECTED
+            kept = parent.children[:count]
+            for surplus in parent.children[count:]:
+                self._cancel_subtree(surplus, "surplus")
+            new_frontier.extend(kept)
+            if len(kept) < count:
+                expansions.append((parent, count - len(kept)))
+        new_frontier.extend(self._expand_many(expansions, speculative=False))
+        self.frontier = sorted(new_frontier, key=self._order_key)
+        if self.speculative:
+            self._speculate([n for n in self.frontier if n.status is NodeStatus.VERIFIED])
 
-    def _expand(self, parent: Node, count: int) -> None:
-        parent.status = NodeStatus.SELECTED
-        children = [self.tree.add_child(parent, i) for i in range(count)]
-        seq = parent.seq
-        for c in children:
-            c.seed = candidate_seed(self.config.seed, self.tree.problem_id, c.path)
-            c.step_start = len(seq.token_ids)
-            c.seq = seq
-        self.engine.resume(seq, [c.seed for c in children], children)
-        self.frontier.extend(children)
+    def _expand_many(self, expansions: list[tuple[Node, int]], speculative: bool) -> list[Node]:
+        """Give each ``(parent, count)`` new children; parents sharing a paused sequence resume it together."""
+        by_seq: dict[int, list[tuple[Node, list[Node]]]] = {}
+        created: list[Node] = []
+        for parent, count in expansions:
+            first = len(parent.children)
+            children = [self.tree.add_child(parent, first + i) for i in range(count)]
+            for c in children:
+                c.speculative = speculative
+            created.extend(children)
+            by_seq.setdefault(id(parent.seq), []).append((parent, children))
+        for group in by_seq.values():
+            seq = group[0][0].seq
+            children = [c for _, kids in group for c in kids]
+            parents = [p for p, _ in group]
+            if seq is not None and seq.status is SeqStatus.PAUSED:
+                for other in [t for t in seq.tags if t not in parents]:
+                    # a twin that is not expanded now keeps its own copy of the KV (forked, shared blocks)
+                    twin_seq = self.engine.fork(seq, [other.seed], [other])
+                    other.seq = twin_seq
+                    self.engine.detach(seq, other)
+                self._launch(children, len(seq.token_ids))
+                self.engine.resume(seq, [c.seed for c in children], children)
+                for p in parents:
+                    p.seq = None
+                for c in children:
+                    c.seq = seq
+            else:
+                # the parent's sequence already moved on (or was released): start from its tokens,
+                # which the prefix cache mostly still holds
+                for p in parents:
+                    kids = [c for c in children if c.parent is p]
+                    tokens = self._path_token_ids(p)
+                    self._launch(kids, len(tokens))
+                    new_seq = self.engine.add(tokens, sampling=self.sampling, stop=self._resumed_stop(p),
+                                              seeds=[c.seed for c in kids], tags=kids, dedup=self.dedup)
+                    new_seq.num_prompt_tokens = len(self.tree.root.token_ids)
+                    for c in kids:
+                        c.seq = new_seq
+        return created
 
+    def _resumed_stop(self, parent: Node) -> StopCriteria:
+        return self.stop
+
+    def _path_token_ids(self, node: Node) -> list[int]:
+        tokens = list(self.tree.root.token_ids)
+        for n in node.path_nodes():
+            tokens.extend(n.token_ids)
+        return tokens
+
+    # ------------------------------------------------------------------ endings
     def _complete(self, node: Node, reason: EndReason) -> None:
         node.status = NodeStatus.COMPLETED
         node.end_reason = reason
         self.completed.append(node)
         self._release(node)
 
-    def _prune(self, node: Node) -> None:
+    def _prune(self, node: Node, rule: str) -> None:
+        """Prune a frontier candidate and cancel its speculative subtree."""
+        if node.status is NodeStatus.PRUNED:
+            return
         node.status = NodeStatus.PRUNED
         node.end_reason = EndReason.PRUNED
+        node.pruned_by = rule
         self._release(node)
+        for child in node.children:
+            self._cancel_subtree(child, rule)
+
+    def _cancel_subtree(self, node: Node, rule: str) -> None:
+        if node.status in _LIVE:
+            if node.status is NodeStatus.GENERATING and node.seq is not None and node.seq.tags[0] is node:
+                self.generated_tokens += max(0, len(node.seq.token_ids) - node.step_start)
+            node.status = NodeStatus.CANCELLED
+            node.end_reason = EndReason.CANCELLED
+            node.pruned_by = rule
+            self._release(node)
+        for child in node.children:
+            self._cancel_subtree(child, rule)
 
     def _release(self, node: Node) -> None:
-        seq = node.seq
-        node.seq = None
-        if seq is not None and not any(t.seq is seq for t in seq.tags if t is not node):
-            self.engine.free(seq)
-
-    def _finish(self) -> None:
-        self.done = True
+        """Let go of the node's place on its sequence (the sequence is freed with its last candidate)."""
+        self.verifier.discard(node)
+        seq, node.seq = node.seq, None
+        if seq is not None and seq.status is not SeqStatus.FINISHED and any(t is node for t in seq.tags):
+            self.engine.detach(seq, node)
 
     # ------------------------------------------------------------------ results
     def result(self) -> dict[str, Any]:
@@ -206,3 +357,26 @@ class NonSpecBeamSearch:
             "num_generated_tokens": self.generated_tokens,
             "num_nodes": len(self.tree.nodes) - 1,
         }
+
+
+class NaiveSpecBeamSearch(BeamSearch):
+    """``naive-spec``: verify at once, expand speculatively, cancel losers' subtrees on decision."""
+
+    policy = "naive-spec"
+    speculative = True
+
+
+class SpecScaleBeamSearch(BeamSearch):
+    """``specscale``: naive-spec with early pruning (EP) and computation deduplication (CD) switchable."""
+
+    policy = "specscale"
+    speculative = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.early_pruning = self.config.early_pruning
+        self.dedup = self.config.dedup
+
+
+# kept for callers of the first version
+NonSpecBeamSearch = BeamSearch

@@ -21,6 +21,10 @@ class SearchConfig:
     max_step_tokens / max_tokens: token limits per step and per path (generated tokens).
     aggregation: path score from step scores (last | min | prod | mean).
     seed: run seed; each candidate's sampler seed derives from it, the problem id and its tree path.
+    early_pruning / dedup: SpecScale's EP (paper section 4.1) and CD (section 4.2); used by the
+        ``specscale`` policy only.
+    perfect_score: with EP, a score at or above which k candidates close their depth at once
+        (None disables the rule).
 
     Raises:
         ValueError: N < 1, M < 1, N not divisible by M, temperature < 0, top_p outside (0, 1],
@@ -38,6 +42,9 @@ class SearchConfig:
     aggregation: str = "last"
     seed: int = 0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    early_pruning: bool = True
+    dedup: bool = True
+    perfect_score: float | None = 1.0
 
     def __post_init__(self):
         if self.beam_size < 1:

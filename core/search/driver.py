@@ -17,10 +17,10 @@ from core.io.problems import Problem, ProblemError
 from core.verify.base import Scorer, chat_prompt_ids
 from core.verify.verifier import Verifier
 
-from .beam_search import NonSpecBeamSearch
+from .beam_search import BeamSearch, NaiveSpecBeamSearch, SpecScaleBeamSearch
 from .config import SearchConfig
 
-POLICIES = {"non-spec": NonSpecBeamSearch}
+POLICIES = {"non-spec": BeamSearch, "naive-spec": NaiveSpecBeamSearch, "specscale": SpecScaleBeamSearch}
 
 
 @dataclass
@@ -137,8 +137,12 @@ class SearchDriver:
                         node.search.on_stopped(node, seq)
             if self.verifier.queue:
                 progressed = True
+                by_search: dict[int, tuple[Any, list]] = {}
                 for task in self.verifier.flush():
-                    task.owner.search.on_scored(task.owner, task.score)
+                    search = task.owner.search
+                    by_search.setdefault(id(search), (search, []))[1].append((task.owner, task.score))
+                for search, scored in by_search.values():
+                    search.on_scored(scored)
             for entry in [e for e in self.active if e[1].done]:
                 self.active.remove(entry)
                 problem, search = entry

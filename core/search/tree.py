@@ -16,7 +16,8 @@ class NodeStatus(str, enum.Enum):
     VERIFIED = "verified"  # scored, not yet decided
     SELECTED = "selected"  # kept and expanded
     COMPLETED = "completed"  # a finished path (one of the N answers)
-    PRUNED = "pruned"  # lost selection
+    PRUNED = "pruned"  # lost selection (or early pruning)
+    CANCELLED = "cancelled"  # a speculative descendant of a pruned candidate, or a surplus child
 
 
 class EndReason(str, enum.Enum):
@@ -26,6 +27,7 @@ class EndReason(str, enum.Enum):
     LENGTH = "length"
     STEP_CAP = "step-cap"
     PRUNED = "pruned"
+    CANCELLED = "cancelled"
 
 
 @dataclass(eq=False)
@@ -59,6 +61,9 @@ class Node:
     t_finish: float | None = None
     t_scored: float | None = None
     search: Any = None  # the per-problem search that owns this node (engine tags point back here)
+    speculative: bool = False  # created before its parent's depth was decided
+    pruned_by: str | None = None  # the policy rule that pruned or cancelled it
+    potential: int = 1  # logical candidates sharing its sequence when its step finished (CD)
 
     def path_nodes(self) -> list["Node"]:
         """Nodes from depth 1 down to this one."""
@@ -117,6 +122,9 @@ class SearchTree:
                     "status": n.status.value,
                     "stop_reason": n.stop_reason.value if n.stop_reason else None,
                     "end_reason": n.end_reason.value if n.end_reason else None,
+                    "pruned_by": n.pruned_by,
+                    "speculative": n.speculative,
+                    "potential": n.potential,
                     "t_start": round(n.t_start, 4),
                     "t_finish": round(n.t_finish, 4) if n.t_finish is not None else None,
                     "t_scored": round(n.t_scored, 4) if n.t_scored is not None else None,

@@ -35,6 +35,7 @@ class VerifierStats:
 
     flushes: int = 0
     tasks: int = 0
+    prefills: int = 0  # distinct inputs prefilled (identical tasks share one)
     input_tokens: int = 0
     computed_tokens: int = 0
     seconds: float = 0.0
@@ -60,6 +61,13 @@ class Verifier:
         self.queue.append(task)
         return task
 
+    def discard(self, owner: Any) -> int:
+        """Drop queued tasks of ``owner`` (a pruned or cancelled candidate); returns how many."""
+        before = len(self.queue)
+        if before:
+            self.queue = [t for t in self.queue if t.owner is not owner]
+        return before - len(self.queue)
+
     @property
     def queued_tokens(self) -> int:
         return sum(len(t.request.token_ids) for t in self.queue)
@@ -83,6 +91,7 @@ class Verifier:
             req = group[0].request
             seqs.append((self.engine.add(req.token_ids, prefill_only=True, read_positions=req.read_positions), group))
             self.stats.input_tokens += len(req.token_ids)
+            self.stats.prefills += 1
         while self.engine.has_work():
             self.engine.step()
         for seq, group in seqs:
