@@ -8,6 +8,7 @@ import os
 import click
 
 from .solve import solve
+from .trace import trace
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,6 +29,7 @@ def cli(verbose):
 
 
 cli.add_command(solve)
+cli.add_command(trace)
 
 
 def _register_bench():

@@ -115,3 +115,30 @@ def test_embedded_model_end_to_end(smollm2, tmp_path):
         assert len(r["completions"]) == 2
         assert r["num_generated_tokens"] > 0
         assert all(0.0 <= s <= 1.0 for c in r["completions"] for s in c["step_scores"])
+
+
+def test_trace_command_views(tiny_dir, tmp_path):
+    out = tmp_path / "out"
+    assert solve([str(GSM8K), "--limit", "1", "-o", str(out), "--policy", "specscale"], tiny_dir).exit_code == 0
+    rec = records(out)[0]
+    path = out / "traces" / f"{rec['id']}.json"
+    raw = orjson.loads(path.read_bytes())
+    assert raw["policy"] == "specscale"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["trace", str(path), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    summary = orjson.loads(res.output)
+    assert summary["nodes"] == len(raw["nodes"]) - 1 == rec["num_nodes"]
+    assert summary["completed"] == 4
+    assert summary["tokens_generated"] == sum(n["num_tokens"] for n in raw["nodes"])
+    assert summary["tokens_wasted"] == sum(n["num_tokens"] for n in raw["nodes"]
+                                           if n["status"] in ("pruned", "cancelled"))
+    res = runner.invoke(cli, ["trace", str(path), "--format", "dot"])
+    assert res.exit_code == 0 and res.output.startswith("digraph")
+    assert res.output.count("->") == len(raw["nodes"]) - 1
+    res = runner.invoke(cli, ["trace", str(path)])
+    assert res.exit_code == 0 and rec["id"] in res.output and "tokens wasted" in res.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    res = runner.invoke(cli, ["trace", str(bad)])
+    assert res.exit_code == 2 and "not a specscale trace" in res.output
