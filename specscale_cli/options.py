@@ -38,7 +38,7 @@ def model_and_search_options(fn):
     """Add preset, model, engine and search options to a click command (all default to the preset)."""
     opts = [
         click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
-        click.option("--policy", type=click.Choice(["non-spec", "naive-spec", "specscale"]), default="non-spec",
+        click.option("--policy", type=click.Choice(["non-spec", "naive-spec", "fasttts", "specscale"]), default="non-spec",
                      show_default=True, help="Search policy (see README: Policies)."),
         click.option("--ep/--no-ep", "early_pruning", default=None,
                      help="specscale: early pruning of candidates that cannot reach the top-k (default on)."),

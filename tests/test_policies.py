@@ -58,6 +58,7 @@ def baseline(tiny_chat):
 
 @pytest.mark.parametrize("policy, kw", [
     ("naive-spec", {}),
+    ("fasttts", {}),
     ("specscale", dict(early_pruning=True, dedup=False)),
     ("specscale", dict(early_pruning=False, dedup=True)),
     ("specscale", dict(early_pruning=True, dedup=True)),
@@ -148,4 +149,17 @@ def test_perfect_score_closes_the_depth(tiny_chat):
             # closed while these were still generating: pruned unscored, KV freed
             assert node.status is NodeStatus.PRUNED and node.pruned_by == "perfect-score"
             assert node.score is None
+    assert rt.engine.pool.num_used == 0
+
+
+def test_fasttts_speculation_is_kept_when_selected_and_verified_with_lookahead(tiny_chat):
+    rt, _, searches = run_policy(tiny_chat, "fasttts")
+    nodes = [n for s in searches.values() for n in s.tree.nodes[1:]]
+    kept = [n for n in nodes if n.speculative and n.status in (NodeStatus.SELECTED, NodeStatus.COMPLETED)]
+    assert kept, "no speculative extension was ever used"
+    assert all(n.path.endswith(".0") for n in nodes if n.speculative)  # one extension per candidate
+    # lookahead: some speculative steps were scored before their parent's depth was decided
+    early = [n for n in nodes if n.speculative and n.t_scored is not None and n.parent.t_scored is not None
+             and abs(n.t_scored - n.parent.t_scored) < 1e-3]
+    assert early
     assert rt.engine.pool.num_used == 0

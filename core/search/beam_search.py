@@ -138,13 +138,25 @@ class BeamSearch:
         # with CD one sequence carries several candidates: its tokens were generated once
         if seq.tags[0] is node:
             self.generated_tokens += len(node.token_ids)
+        self._after_step(node)
+
+    def _after_step(self, node: Node) -> None:
+        """Policy hook: what happens once a candidate finished its step."""
         if self.speculative:
             self._submit(node)
-        elif all(n.status is NodeStatus.FINISHED for n in self.frontier):
+        else:
+            self._submit_frontier_when_finished()
+
+    def _submit_frontier_when_finished(self) -> None:
+        """Depth-synchronous verification: one batch once every frontier candidate finished its step."""
+        if self.frontier and all(n.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED) for n in self.frontier):
             for n in self.frontier:
                 self._submit(n)
 
     def _submit(self, node: Node) -> None:
+        if node.submitted or node.status is not NodeStatus.FINISHED:
+            return
+        node.submitted = True
         parent = node.parent
         node.prefix_ids = parent.prefix_ids + self.scorer.step_ids(node.text, node.token_ids)
         self.verifier.submit(node, self.scorer.request(parent.prefix_ids, node.prefix_ids))
@@ -170,7 +182,7 @@ class BeamSearch:
         if self.early_pruning:
             self._early_prune()
         ready = [n for n in nodes if n.status is NodeStatus.VERIFIED and not self._ends(n) and not n.children]
-        self._expand_many([(n, self.config.beam_width) for n in ready], speculative=True)
+        self._expand_many([(n, list(range(self.config.beam_width))) for n in ready], speculative=True)
 
     def _early_prune(self) -> None:
         """EP: prune scored live candidates that can no longer reach the top-k (paper section 4.1)."""
@@ -233,24 +245,40 @@ class BeamSearch:
         expansions = []
         for parent, count in zip(selected, split_children(remaining, k)):
             parent.status = NodeStatus.SELECTED
-            kept = parent.children[:count]
-            for surplus in parent.children[count:]:
-                self._cancel_subtree(surplus, "surplus")
-            new_frontier.extend(kept)
-            if len(kept) < count:
-                expansions.append((parent, count - len(kept)))
+            live = {self._child_index(c): c for c in parent.children if c.status in _LIVE}
+            for index, child in live.items():
+                if index >= count:
+                    self._cancel_subtree(child, "surplus")
+            new_frontier.extend(c for i, c in live.items() if i < count)
+            missing = [i for i in range(count) if i not in live]
+            if missing:
+                expansions.append((parent, missing))
         new_frontier.extend(self._expand_many(expansions, speculative=False))
         self.frontier = sorted(new_frontier, key=self._order_key)
+        self._on_new_frontier()
+
+    def _on_new_frontier(self) -> None:
+        """Policy hook after a decision: work the new depth's candidates can start at once."""
         if self.speculative:
             self._speculate([n for n in self.frontier if n.status is NodeStatus.VERIFIED])
+        else:
+            self._submit_frontier_when_finished()
 
-    def _expand_many(self, expansions: list[tuple[Node, int]], speculative: bool) -> list[Node]:
-        """Give each ``(parent, count)`` new children; parents sharing a paused sequence resume it together."""
+    @staticmethod
+    def _child_index(node: Node) -> int:
+        return int(node.path.rsplit(".", 1)[-1])
+
+    def _expand_many(self, expansions: list[tuple[Node, list[int]]], speculative: bool,
+                     priority: int = 0) -> list[Node]:
+        """Give each ``(parent, child indices)`` new children; parents sharing a paused sequence resume it together.
+
+        A child's index fixes its tree path and so its sampler seed: the same child index draws the
+        same tokens under every policy.
+        """
         by_seq: dict[int, list[tuple[Node, list[Node]]]] = {}
         created: list[Node] = []
-        for parent, count in expansions:
-            first = len(parent.children)
-            children = [self.tree.add_child(parent, first + i) for i in range(count)]
+        for parent, indices in expansions:
+            children = [self.tree.add_child(parent, i) for i in indices]
             for c in children:
                 c.speculative = speculative
             created.extend(children)
@@ -266,7 +294,7 @@ class BeamSearch:
                     other.seq = twin_seq
                     self.engine.detach(seq, other)
                 self._launch(children, len(seq.token_ids))
-                self.engine.resume(seq, [c.seed for c in children], children)
+                self.engine.resume(seq, [c.seed for c in children], children, priority=priority)
                 for p in parents:
                     p.seq = None
                 for c in children:
@@ -278,15 +306,13 @@ class BeamSearch:
                     kids = [c for c in children if c.parent is p]
                     tokens = self._path_token_ids(p)
                     self._launch(kids, len(tokens))
-                    new_seq = self.engine.add(tokens, sampling=self.sampling, stop=self._resumed_stop(p),
-                                              seeds=[c.seed for c in kids], tags=kids, dedup=self.dedup)
+                    new_seq = self.engine.add(tokens, sampling=self.sampling, stop=self.stop,
+                                              seeds=[c.seed for c in kids], tags=kids, dedup=self.dedup,
+                                              priority=priority)
                     new_seq.num_prompt_tokens = len(self.tree.root.token_ids)
                     for c in kids:
                         c.seq = new_seq
         return created
-
-    def _resumed_stop(self, parent: Node) -> StopCriteria:
-        return self.stop
 
     def _path_token_ids(self, node: Node) -> list[int]:
         tokens = list(self.tree.root.token_ids)
@@ -376,6 +402,61 @@ class SpecScaleBeamSearch(BeamSearch):
         super().__init__(*args, **kwargs)
         self.early_pruning = self.config.early_pruning
         self.dedup = self.config.dedup
+
+
+class FastTTSBeamSearch(BeamSearch):
+    """``fasttts``: the FastTTS baseline (ASPLOS'26) on the shared engine and decision rule.
+
+    * Speculative beam extension: a candidate that finished its step keeps generating its first
+      child's step at once, at low priority (served after regular work), while the rest of its
+      depth is still generating. If the candidate is selected, that child is kept (it has the
+      child's own seed, so its tokens are the ones non-spec would draw); otherwise it is cancelled.
+    * Speculative candidate selection: speculation starts only while fewer than
+      ``speculation_cap`` sequences run; past the cap speculating sequences are force-finished
+      (cancelled, and regenerated if their parent is selected).
+    * Lookahead verification: when a depth is verified (once all its candidates finished their
+      step, never earlier), speculative next steps that are already finished are scored in the
+      same PRM call.
+    """
+
+    policy = "fasttts"
+    speculative = False
+    speculation_cap = 256
+    LOW_PRIORITY = 1
+
+    def _after_step(self, node: Node) -> None:
+        if node in self.frontier:
+            self._extend(node)
+        self._submit_frontier_when_finished()
+
+    def _submit_frontier_when_finished(self) -> None:
+        if self.frontier and all(n.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED) for n in self.frontier):
+            for n in self.frontier:
+                self._submit(n)
+                for child in n.children:  # lookahead verification
+                    self._submit(child)
+
+    def _on_new_frontier(self) -> None:
+        for node in self.frontier:
+            if node.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED):
+                self._extend(node)
+        self._submit_frontier_when_finished()
+
+    def _extend(self, node: Node) -> None:
+        """Start the first child's step speculatively, unless the path ends or the cap is reached."""
+        if node.children or node.stop_reason.ends_path or node.depth >= self.config.max_steps:
+            return
+        sched = self.engine.scheduler
+        if len(sched.running) + len(sched.waiting) >= self.speculation_cap:
+            self._force_finish_speculation()
+            return
+        self._expand_many([(node, [0])], speculative=True, priority=self.LOW_PRIORITY)
+
+    def _force_finish_speculation(self) -> None:
+        """Past the cap: cancel this problem's still-generating speculative steps (lowest value first)."""
+        for n in self.tree.nodes:
+            if n.speculative and n.status is NodeStatus.GENERATING and n.parent in self.frontier:
+                self._cancel_subtree(n, "fasttts-cap")
 
 
 # kept for callers of the first version

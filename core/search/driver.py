@@ -17,10 +17,11 @@ from core.io.problems import Problem, ProblemError
 from core.verify.base import Scorer, chat_prompt_ids
 from core.verify.verifier import Verifier
 
-from .beam_search import BeamSearch, NaiveSpecBeamSearch, SpecScaleBeamSearch
+from .beam_search import BeamSearch, FastTTSBeamSearch, NaiveSpecBeamSearch, SpecScaleBeamSearch
 from .config import SearchConfig
 
-POLICIES = {"non-spec": BeamSearch, "naive-spec": NaiveSpecBeamSearch, "specscale": SpecScaleBeamSearch}
+POLICIES = {"non-spec": BeamSearch, "naive-spec": NaiveSpecBeamSearch, "fasttts": FastTTSBeamSearch,
+            "specscale": SpecScaleBeamSearch}
 
 
 @dataclass

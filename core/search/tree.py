@@ -64,6 +64,7 @@ class Node:
     speculative: bool = False  # created before its parent's depth was decided
     pruned_by: str | None = None  # the policy rule that pruned or cancelled it
     potential: int = 1  # logical candidates sharing its sequence when its step finished (CD)
+    submitted: bool = False  # its verification task was queued
 
     def path_nodes(self) -> list["Node"]:
         """Nodes from depth 1 down to this one."""
