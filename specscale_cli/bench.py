@@ -8,6 +8,8 @@ import time
 
 import click
 
+from .options import model_and_search_options
+
 
 @click.group()
 def bench():
@@ -169,3 +171,101 @@ def bench_engine(model_spec, num_requests, equal_prompt, equal_output, mixed_pro
     if not as_json:
         click.echo(f"mfu at decode batch {num_requests}: {result['mfu']['mfu']}", err=True)
     click.echo(json.dumps(result, indent=None if as_json else 2))
+
+
+POLICY_SPECS = {
+    "non-spec": ("non-spec", {}),
+    "naive-spec": ("naive-spec", {}),
+    "fasttts": ("fasttts", {}),
+    "specscale:ep": ("specscale", {"early_pruning": True, "dedup": False}),
+    "specscale:cd": ("specscale", {"early_pruning": False, "dedup": True}),
+    "specscale:ep+cd": ("specscale", {"early_pruning": True, "dedup": True}),
+}
+
+
+def run_policy_once(runtime, problems, search_cfg, policy: str, max_concurrent: int) -> dict:
+    """Run one policy over ``problems`` on an already-loaded runtime; returns its counters.
+
+    Engines are fresh per policy (same weights), so KV pools and prefix caches start empty.
+    """
+    from core.grading.equivalence import answers_equivalent
+    from core.search.driver import SearchDriver
+    from core.solver import build_runtime
+
+    rt = build_runtime(runtime.settings, generator=runtime.generator, prm=runtime.prm)
+    correct = 0
+    nodes = {"pruned": 0, "cancelled": 0, "speculative": 0}
+
+    def on_result(problem, result, search):
+        nonlocal correct
+        correct += int(problem.answer is not None and answers_equivalent(result["pred"], problem.answer))
+        for n in search.tree.nodes[1:]:
+            nodes["pruned"] += n.status.value == "pruned"
+            nodes["cancelled"] += n.status.value == "cancelled"
+            nodes["speculative"] += n.speculative
+
+    t0 = time.perf_counter()
+    driver = SearchDriver(rt.engine, rt.generator.tokenizer, rt.generator.eos_token_ids, rt.verifier, rt.scorer,
+                          search_cfg, policy=policy, max_concurrent=max_concurrent, on_result=on_result)
+    stats = driver.run(problems)
+    seconds = time.perf_counter() - t0
+    v = rt.verifier.stats
+    return {
+        "seconds": round(seconds, 2),
+        "generated_tokens": stats.generated_tokens,
+        "tokens_per_s": round(stats.generated_tokens / seconds, 2),
+        "forward_rows": rt.engine.total_forward_rows,
+        "engine_steps": rt.engine.total_steps,
+        "prm_calls": v.flushes,
+        "prm_tasks": v.tasks,
+        "prm_prefills": v.prefills,
+        "prm_computed_tokens": v.computed_tokens,
+        "generation_s": round(stats.generation_seconds, 2),
+        "verification_s": round(v.seconds, 2),
+        "accuracy": round(correct / max(1, len(problems)), 3),
+        "preemptions": rt.engine.scheduler.num_preemptions,
+        **nodes,
+    }
+
+
+@bench.command("search")
+@click.option("--dataset", type=click.Path(exists=True, dir_okay=False), default="examples/math500_sample.jsonl",
+              show_default=True, help="JSONL problems.")
+@click.option("--limit", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--policies", default="non-spec,naive-spec,fasttts,specscale:ep,specscale:ep+cd", show_default=True,
+              help=f"Comma-separated, from: {', '.join(POLICY_SPECS)}.")
+@click.option("--max-concurrent", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")
+@model_and_search_options(with_policy=False)
+def bench_search(dataset, limit, policies, max_concurrent, as_json, **opts):
+    """Every policy on the same problems, models loaded once, one process: throughput and work counters."""
+    from core.io.problems import Problem, read_problems
+    from core.solver import build_runtime
+
+    from .options import build_settings
+
+    settings, search_cfg, _ = build_settings(opts)
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICY_SPECS]
+    if unknown:
+        raise click.BadParameter(f"unknown policy {', '.join(unknown)}", param_hint="--policies")
+    problems = [p for p in read_problems(dataset) if isinstance(p, Problem)][:limit]
+    runtime = build_runtime(settings)
+    out = {"dataset": dataset, "problems": len(problems), "beam_size": search_cfg.beam_size,
+           "beam_width": search_cfg.beam_width, "policies": {}}
+    import dataclasses
+
+    for name in names:
+        policy, overrides = POLICY_SPECS[name]
+        cfg = dataclasses.replace(search_cfg, **overrides)
+        res = run_policy_once(runtime, problems, cfg, policy, max_concurrent)
+        out["policies"][name] = res
+        if not as_json:
+            click.echo(f"{name:>16}: {res['tokens_per_s']:7.2f} tok/s  {res['generated_tokens']:6d} tokens  "
+                       f"{res['forward_rows']:6d} rows  {res['prm_calls']:4d} PRM calls  acc {res['accuracy']}",
+                       err=True)
+    base = out["policies"].get("non-spec")
+    if base:
+        for res in out["policies"].values():
+            res["ratio_vs_nonspec"] = round(res["tokens_per_s"] / base["tokens_per_s"], 3)
+    click.echo(json.dumps(out, indent=None if as_json else 2))

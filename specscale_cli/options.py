@@ -34,12 +34,21 @@ _SEARCH_OPTIONS = [
 ]
 
 
-def model_and_search_options(fn):
-    """Add preset, model, engine and search options to a click command (all default to the preset)."""
+def model_and_search_options(fn=None, *, with_policy: bool = True):
+    """Add preset, model, engine and search options to a click command (all default to the preset).
+
+    Use bare (``@model_and_search_options``) or as ``@model_and_search_options(with_policy=False)``
+    for commands that choose policies themselves.
+    """
+    if fn is None:
+        return functools.partial(model_and_search_options, with_policy=with_policy)
     opts = [
         click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
-        click.option("--policy", type=click.Choice(["non-spec", "naive-spec", "fasttts", "specscale"]), default="non-spec",
-                     show_default=True, help="Search policy (see README: Policies)."),
+    ]
+    if with_policy:
+        opts.append(click.option("--policy", type=click.Choice(["non-spec", "naive-spec", "fasttts", "specscale"]),
+                                 default="non-spec", show_default=True, help="Search policy (see README: Policies)."))
+    opts += [
         click.option("--ep/--no-ep", "early_pruning", default=None,
                      help="specscale: early pruning of candidates that cannot reach the top-k (default on)."),
         click.option("--cd/--no-cd", "dedup", default=None,
@@ -72,7 +81,7 @@ def build_settings(opts: dict):
         models, search = load_preset(opts.pop("preset") or DEFAULT_PRESET)
     except PresetError as exc:
         raise click.UsageError(str(exc)) from exc
-    policy = opts.pop("policy")
+    policy = opts.pop("policy", "non-spec")
     if opts.get("kv_cache_gb") is not None:
         models["gen_kv_bytes"] = int(opts["kv_cache_gb"] * _GIB)
     if opts.get("prm_kv_cache_gb") is not None:
