@@ -103,6 +103,27 @@ def build_settings(opts: dict):
                 value = value.encode("utf-8").decode("unicode_escape")
             search[dest] = value
     try:
-        return ModelSettings(**models), SearchConfig(**search), policy
+        settings, search_cfg = ModelSettings(**models), SearchConfig(**search)
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
+    check_device(settings.device)
+    return settings, search_cfg, policy
+
+
+def check_device(device: str) -> None:
+    """Refuse a device torch cannot name or this torch build cannot use.
+
+    Raises:
+        click.UsageError: e.g. ``--device cuda`` with the CPU build of torch.
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise click.UsageError(f"invalid --device '{device}': use cpu or cuda[:index]") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise click.UsageError(f"--device {device}: CUDA is not available (this torch build is "
+                               f"{torch.__version__}); use --device cpu or install a CUDA build of torch")
+    if dev.type not in ("cpu", "cuda"):
+        raise click.UsageError(f"--device {device}: only cpu and cuda are supported")

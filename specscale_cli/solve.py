@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ import click
 from .options import model_and_search_options, build_settings
 from .progress import ProgressDisplay
 
-EXIT_OK, EXIT_SOME_ERRORS = 0, 1
+EXIT_OK, EXIT_SOME_ERRORS, EXIT_WRITE_FAILED = 0, 1, 3
 
 
 def _count_lines(path: str) -> int | None:
@@ -33,13 +34,15 @@ def _count_lines(path: str) -> int | None:
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N problems.")
 @click.option("--traces/--no-traces", default=True, show_default=True, help="Write traces/<id>.json per problem.")
 @click.option("--no-progress", is_flag=True, help="Plain log lines instead of the live progress display.")
+@click.option("--overwrite", is_flag=True, help="Replace the answers and traces of an earlier run in OUT.")
 @model_and_search_options
-def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, **opts):
+def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, overwrite, **opts):
     """Solve every problem in PROBLEMS (JSONL with id/problem/answer fields; '-' reads stdin).
 
     Writes OUT/answers.jsonl (one record per problem, as soon as it finishes) and
     OUT/traces/<id>.json (the whole search tree). Exit code 0 when every problem got an answer
-    record, 1 when some became error records, 2 for usage errors.
+    record, 1 when some became error records, 2 for usage errors, 3 when OUT cannot be written
+    during the run (disk full).
     """
     from core.grading.equivalence import answers_equivalent
     from core.io.problems import read_problems
@@ -49,6 +52,8 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, **opts)
     from core.solver import build_runtime
 
     settings, search_cfg, policy = build_settings(opts)
+    if problems != "-" and Path(problems).is_dir():
+        raise click.BadParameter(f"{problems} is a directory, not a JSONL file", param_hint="PROBLEMS")
     if problems != "-" and not Path(problems).is_file():
         raise click.BadParameter(f"no such file: {problems}", param_hint="PROBLEMS")
     out = Path(out_dir) if out_dir else Path("runs") / (Path(problems).stem if problems != "-" else "stdin")
@@ -59,6 +64,13 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, **opts)
         probe.unlink()
     except OSError as exc:
         raise click.UsageError(f"output folder {out} is not writable: {exc}") from exc
+    answers_path = out / "answers.jsonl"
+    if answers_path.is_file() and answers_path.stat().st_size:
+        if not overwrite:
+            raise click.UsageError(f"{answers_path} already holds answers of an earlier run; choose another -o "
+                                   f"or pass --overwrite to replace them")
+        answers_path.unlink()
+        shutil.rmtree(out / "traces", ignore_errors=True)
 
     click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)...", err=True)
     try:
@@ -93,11 +105,11 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, **opts)
             record["policy"] = search.policy
             record["time_s"] = round(time.perf_counter() - search.tree.t0, 3)
             writer.write(record)
+            counts["done"] += 1
             if traces:
                 trace = search.tree.to_dict()
                 trace["policy"] = search.policy
                 write_trace(out, problem.id, trace)
-            counts["done"] += 1
             progress.advance(counts)
 
         def on_error(err):
@@ -111,7 +123,13 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, **opts)
                               runtime.scorer, search_cfg, policy=policy, max_concurrent=max_concurrent,
                               on_result=on_result, on_error=on_error, source=source,
                               on_iteration=lambda stats: progress.update(stats, runtime))
-        stats = driver.run(stream)
+        try:
+            stats = driver.run(stream)
+        except OSError as exc:
+            # the disk filled up (or OUT vanished): what was written so far is complete and kept
+            click.echo(f"error: cannot write to {out}: {exc.strerror or exc}; {counts['done']} answers and "
+                       f"{counts['errors']} error records were written before this", err=True)
+            sys.exit(EXIT_WRITE_FAILED)
 
     elapsed = time.perf_counter() - started
     tps = stats.generated_tokens / elapsed if elapsed > 0 else 0.0

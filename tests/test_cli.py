@@ -10,6 +10,7 @@ import torch
 from click.testing import CliRunner
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from core.io.writers import safe_filename
 from specscale_cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +60,7 @@ def test_solve_writes_answers_and_traces(tiny_dir, tmp_path):
         assert all(c["end_reason"] in {"eos", "length", "step-cap"} for c in r["completions"])
         scores = [c["path_score"] for c in r["completions"]]
         assert scores == sorted(scores, reverse=True)
-        trace = orjson.loads((out / "traces" / f"{r['id']}.json").read_bytes())
+        trace = orjson.loads((out / "traces" / safe_filename(r["id"])).read_bytes())
         assert len(trace["nodes"]) == r["num_nodes"] + 1
         assert trace["nodes"][0]["parent"] is None
         statuses = {n["status"] for n in trace["nodes"][1:]}
@@ -121,7 +122,7 @@ def test_trace_command_views(tiny_dir, tmp_path):
     out = tmp_path / "out"
     assert solve([str(GSM8K), "--limit", "1", "-o", str(out), "--policy", "specscale"], tiny_dir).exit_code == 0
     rec = records(out)[0]
-    path = out / "traces" / f"{rec['id']}.json"
+    path = out / "traces" / safe_filename(rec["id"])
     raw = orjson.loads(path.read_bytes())
     assert raw["policy"] == "specscale"
     runner = CliRunner()
@@ -142,3 +143,42 @@ def test_trace_command_views(tiny_dir, tmp_path):
     bad.write_text("[1, 2]")
     res = runner.invoke(cli, ["trace", str(bad)])
     assert res.exit_code == 2 and "not a specscale trace" in res.output
+
+
+def test_existing_output_is_refused_unless_overwrite(tiny_dir, tmp_path):
+    out = tmp_path / "out"
+    assert solve([str(GSM8K), "--limit", "1", "-o", str(out)], tiny_dir).exit_code == 0
+    res = solve([str(GSM8K), "--limit", "1", "-o", str(out)], tiny_dir)
+    assert res.exit_code == 2 and "--overwrite" in res.output
+    assert len(records(out)) == 1
+    res = solve([str(GSM8K), "--limit", "2", "-o", str(out), "--overwrite"], tiny_dir)
+    assert res.exit_code == 0 and len(records(out)) == 2
+
+
+def test_write_failure_stops_cleanly_with_exit_3(tiny_dir, tmp_path, monkeypatch):
+    import core.io.writers as writers
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writers, "write_trace", disk_full)
+    out = tmp_path / "out"
+    res = solve([str(GSM8K), "--limit", "3", "-o", str(out), "--max-concurrent", "1"], tiny_dir)
+    assert res.exit_code == 3
+    assert "No space left on device" in res.output and "1 answers" in res.output
+    assert len(records(out)) == 1  # the answer written before the failure is complete and kept
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "tpu"], "invalid --device"),
+    (["--step-delimiter", ""], "must not be empty"),
+    (["--temperature", "-1"], "temperature"),
+])
+def test_more_usage_errors(tmp_path, args, message):
+    res = CliRunner().invoke(cli, ["solve", str(GSM8K), "-o", str(tmp_path / "o"), *args])
+    assert res.exit_code == 2 and message in res.output
+
+
+def test_directory_as_problems_file(tmp_path):
+    res = CliRunner().invoke(cli, ["solve", str(tmp_path)])
+    assert res.exit_code == 2 and "is a directory" in res.output

@@ -368,7 +368,9 @@ D = StopReason.DELIMITER
 
 
 @pytest.mark.parametrize("tokens,expected", [
-    ([5, 5], [None, D]),  # delimiter across two tokens
+    ([8, 5, 5], [None, None, D]),  # delimiter across two tokens
+    ([5, 5], [None, None]),  # leading blank lines belong to the step: no empty steps
+    ([6, 8, 6], [None, None, D]),
     ([7, 5], [None, D]),
     ([8, 6], [None, D]),  # inside one token
     ([8, 5, 8, 5, 8], [None] * 5),  # single newlines only
@@ -381,7 +383,8 @@ def test_check_stop_delimiter(pieces, tokens, expected):
 
 def test_check_stop_multichar_delimiter_and_disabled(pieces):
     assert feed(make_seq(step_delimiter="\n\n\n"), [5, 5, 8, 6, 5], pieces) == [None, None, None, None, D]
-    assert feed(make_seq(step_delimiter="\n\n\n"), [5, 6], pieces) == [None, D]
+    assert feed(make_seq(step_delimiter="\n\n\n"), [8, 5, 6], pieces) == [None, None, D]
+    assert feed(make_seq(step_delimiter="\n\n\n"), [5, 6], pieces) == [None, None]  # no empty step
     assert feed(make_seq(step_delimiter=None), [6, 5, 5], pieces) == [None, None, None]
     assert feed(make_seq(step_delimiter="b"), [5, 8], pieces) == [None, D]
 
@@ -549,6 +552,7 @@ def test_resume_after_delimiter_continues_like_one_pass(tiny_model):
     k = 30
     refs = [hf_greedy(tiny_model, p, k) for p in prompts]
     engine = make_engine(tiny_model, max_model_len=64, num_blocks=20, max_num_batched_tokens=16)
+    engine.pieces.pieces = ["x"] * len(engine.pieces.pieces)  # text, so a delimiter can end a step
     for t in range(0, 128, 6):
         engine.pieces.pieces[t] = "\n\n"  # a delimiter token every 6 ids
     engine.pieces.pieces[1] = "\n"

@@ -174,3 +174,15 @@ def test_math500_distinct_answers_not_equivalent():
         and answers_equivalent(a, b)
     ]
     assert wrong == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The answer is 2 * 1 = 2 bolts cut.", "2"),
+    ("So the answer is 18 dollars.", "18"),
+    ("The answer is 1,234.", "1234"),
+    ("The final answer is -3.5 meters", "-3.5"),
+    ("the answer is $\\frac{1}{2}$.", "\\frac{1}{2}"),
+    ("The answer is yes.", "yes"),
+])
+def test_answer_phrase_takes_the_number_from_prose(text, expected):
+    assert extract_answer(text) == expected

@@ -97,6 +97,7 @@ class Sequence:
     stop_reason: StopReason | None = None
     step_start: int = 0
     stop_tail: str = ""
+    step_has_text: bool = False  # the current step has non-whitespace text (a delimiter may end it)
     read_logits: list = field(default_factory=list)
     arrival: int = 0
     num_preemptions: int = 0

@@ -62,9 +62,14 @@ def check_stop(seq: Sequence, token: int, pieces: TokenPieces, max_model_len: in
         return StopReason.MAX_TOKENS
     delim = stop.step_delimiter
     if delim:
-        text = seq.stop_tail + pieces[token]
-        if delim in text:
+        piece = pieces[token]
+        text = seq.stop_tail + piece
+        at = text.find(delim)
+        # A delimiter ends a step only if the step then has some non-blank text: leading blank lines
+        # belong to the step (else a model that writes "\n" between lines makes empty steps).
+        if at >= 0 and (seq.step_has_text or text[:at + len(delim)].strip()):
             return StopReason.DELIMITER
+        seq.step_has_text = seq.step_has_text or bool(piece.strip())
         seq.stop_tail = text[-(len(delim) - 1):] if len(delim) > 1 else ""
     if len(seq.token_ids) - seq.step_start >= stop.max_step_tokens:
         return StopReason.STEP_TOKENS

@@ -114,6 +114,9 @@ def gsm8k_hash_answer(text: str) -> str | None:
     return ans or None
 
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+
+
 def extract_answer(text: str) -> str | None:
     """Extract the final answer from a solution.
 
@@ -123,8 +126,10 @@ def extract_answer(text: str) -> str | None:
        models prompted MATH-style) put the answer there;
     2. the text after the last ``####`` -- the GSM8K convention;
     3. the last phrase like "The final answer is X" / "the answer is X",
-       X running to the end of the line or sentence, with ``$`` and a
-       trailing period removed.
+       X running to the end of the line or sentence, with ``$``, markdown bold
+       and a trailing period removed; when X is plain prose (no LaTeX) that
+       contains numbers, the last number ("18 dollars" -> ``18``,
+       "2 * 1 = 2 bolts" -> ``2``).
 
     Args:
         text: A reference solution or model generation.
@@ -145,9 +150,13 @@ def extract_answer(text: str) -> str | None:
         return hashed
     matches = list(_ANSWER_PHRASE.finditer(text))
     if matches:
-        ans = matches[-1].group(1)
+        raw = matches[-1].group(1)
         # Markdown bold is common in chat-model output ("**The answer is 5**").
-        ans = ans.replace("$", "").replace("*", "").strip().rstrip(".").strip()
+        ans = raw.replace("$", "").replace("**", "").strip().rstrip(".").strip()
+        if "\\" not in ans:
+            numbers = _NUMBER.findall(ans)
+            if numbers:
+                return numbers[-1].replace(",", "")
         if ans:
             return ans
     return None

@@ -130,14 +130,11 @@ class AnswerWriter:
 def safe_filename(problem_id: str) -> str:
     """File name (with ``.json`` suffix) under which the trace of ``problem_id`` is stored.
 
-    Every character outside ``A-Z a-z 0-9 . _ -`` becomes ``_``, so the name stays readable:
-    ``test/precalculus/807.json`` -> ``test_precalculus_807.json`` and ``gsm8k-test-0000`` ->
-    ``gsm8k-test-0000.json``. A trailing ``.json`` in the id is not doubled. Names that would be
-    hidden (leading dot), empty, Windows device names, or too long are adjusted; over-long ids keep
-    a prefix plus a hash of the full id so that they stay distinct.
-
-    The mapping is deterministic but not injective: ids differing only in unsafe characters (say
-    ``a/b`` and ``a_b``) share a file name.
+    An id made only of ``A-Z a-z 0-9 . _ -`` (and not hidden, reserved or too long) is used as is:
+    ``gsm8k-test-0000`` -> ``gsm8k-test-0000.json``. Any other id is made readable (unsafe
+    characters become ``_``, a trailing ``.json`` is dropped) and gets 8 hex digits of its hash, so
+    that distinct ids never share a file: ``test/precalculus/807.json`` ->
+    ``test_precalculus_807-<hash>.json``, while ``a/b`` and ``a_b`` stay apart.
 
     Args:
         problem_id: the problem id (any string).
@@ -156,6 +153,9 @@ def safe_filename(problem_id: str) -> str:
     if len(stem) > _MAX_STEM:
         digest = hashlib.sha256(problem_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         stem = f"{stem[:_MAX_STEM - 17]}-{digest}"
+    elif stem != problem_id:
+        # the readable form lost information: a hash of the exact id keeps names distinct
+        stem += "-" + hashlib.sha256(problem_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return stem + ".json"
 
 
@@ -185,6 +185,10 @@ def write_trace(out_dir: str | Path, problem_id: str, trace: dict) -> Path:
     data = orjson.dumps(trace, option=orjson.OPT_INDENT_2) + b"\n"
     fd, tmp_name = tempfile.mkstemp(dir=traces_dir, prefix=f".{target.stem[:40]}.", suffix=".tmp")
     try:
+        # mkstemp creates 0600; traces are as readable as answers.jsonl (umask applies)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -60,6 +60,8 @@ class SearchConfig:
         for name in ("max_steps", "max_step_tokens", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.step_delimiter:
+            raise ValueError("step delimiter must not be empty (it is what ends a step)")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation '{self.aggregation}'; choose one of {', '.join(AGGREGATIONS)}")
 
