@@ -65,6 +65,10 @@ class AttentionMetadata:
     decode_mask: torch.Tensor | None = None
     decode_max_blocks: int = 0
     prefill: list[PrefillSpan] = field(default_factory=list)
+    # reused gather buffers ``[Bd * max_blocks, block_size, kv_heads, head_dim]``: fresh large
+    # allocations every layer would page-fault and cost as much as the gather itself
+    k_gather: torch.Tensor | None = None
+    v_gather: torch.Tensor | None = None
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -105,8 +109,14 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         bd = meta.decode_rows.numel()
         length = meta.decode_max_blocks * bs
         qd = q.index_select(1, meta.decode_rows).transpose(0, 1).unsqueeze(2)  # [Bd, H, 1, D]
-        kd = k_pages.index_select(0, meta.decode_blocks).view(bd, length, kv_heads, head_dim).transpose(1, 2)
-        vd = v_pages.index_select(0, meta.decode_blocks).view(bd, length, kv_heads, head_dim).transpose(1, 2)
+        if meta.k_gather is not None:
+            torch.index_select(k_pages, 0, meta.decode_blocks, out=meta.k_gather)
+            torch.index_select(v_pages, 0, meta.decode_blocks, out=meta.v_gather)
+            kd = meta.k_gather.view(bd, length, kv_heads, head_dim).transpose(1, 2)
+            vd = meta.v_gather.view(bd, length, kv_heads, head_dim).transpose(1, 2)
+        else:
+            kd = k_pages.index_select(0, meta.decode_blocks).view(bd, length, kv_heads, head_dim).transpose(1, 2)
+            vd = v_pages.index_select(0, meta.decode_blocks).view(bd, length, kv_heads, head_dim).transpose(1, 2)
         od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, scale=scaling, enable_gqa=gqa)
         out.index_copy_(0, meta.decode_rows, od[:, :, 0])
 

@@ -29,6 +29,19 @@ class ModelRunner:
         self.kv = kv
         self.device = kv.data.device
         self.block_size = kv.block_size
+        self._gather_k = torch.empty(0, dtype=kv.data.dtype, device=self.device)
+        self._gather_v = torch.empty(0, dtype=kv.data.dtype, device=self.device)
+
+    def _gather_buffers(self, n_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of persistent buffers for ``n_blocks`` gathered pages (grown by half when too small)."""
+        layout = self.kv.layout
+        page = self.block_size * layout.num_kv_heads * layout.head_dim
+        if self._gather_k.numel() < n_blocks * page:
+            size = int(n_blocks * 1.5) * page
+            self._gather_k = torch.empty(size, dtype=self.kv.data.dtype, device=self.device)
+            self._gather_v = torch.empty(size, dtype=self.kv.data.dtype, device=self.device)
+        shape = (n_blocks, self.block_size, layout.num_kv_heads, layout.head_dim)
+        return self._gather_k[: n_blocks * page].view(shape), self._gather_v[: n_blocks * page].view(shape)
 
     def build_metadata(self, batch: list[tuple[Sequence, int]]):
         """Packed ``input_ids [T]``, ``position_ids [T]`` (int64) and :class:`AttentionMetadata`."""
@@ -67,6 +80,7 @@ class ModelRunner:
             meta.decode_rows = torch.tensor(decode_rows, device=dev)
             meta.decode_blocks = torch.tensor(flat, device=dev)
             meta.decode_max_blocks = width
+            meta.k_gather, meta.v_gather = self._gather_buffers(len(flat))
             lens = torch.tensor(decode_lens, device=dev)
             meta.decode_mask = (torch.arange(width * bs, device=dev)[None, :] < lens[:, None])[:, None, None, :]
         input_ids = torch.tensor(ids, device=dev)
