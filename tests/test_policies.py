@@ -112,6 +112,8 @@ def test_dedup_shares_rows_when_samples_repeat(tiny_chat):
         assert a == b
     assert rt_cd.engine.total_forward_rows < rt_no.engine.total_forward_rows
     assert max(n.potential for s in s_cd.values() for n in s.tree.nodes[1:]) > 1
+    assert any(d["deduplicated"] for s in s_cd.values() for d in s.tree.to_dict()["nodes"])
+    assert not any(d["deduplicated"] for s in s_no.values() for d in s.tree.to_dict()["nodes"])
     # identical finished candidates are prefilled once by the verifier
     assert rt_cd.verifier.stats.prefills < rt_cd.verifier.stats.tasks
 

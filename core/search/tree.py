@@ -126,6 +126,7 @@ class SearchTree:
                     "pruned_by": n.pruned_by,
                     "speculative": n.speculative,
                     "potential": n.potential,
+                    "deduplicated": n.potential > 1,
                     "t_start": round(n.t_start, 4),
                     "t_finish": round(n.t_finish, 4) if n.t_finish is not None else None,
                     "t_scored": round(n.t_scored, 4) if n.t_scored is not None else None,
