@@ -76,6 +76,21 @@ def smollm2():
     return load_model("smollm2-135m-instruct")
 
 
+def tiny_chat_config(tokenizer, **overrides):
+    """Config of a tiny random Llama over a real chat tokenizer (search, verifier and CLI tests).
+
+    Untied embeddings and a 0.05 init keep sampled text varied (tied random embeddings make the
+    model echo its input token).
+    """
+    from transformers import LlamaConfig
+
+    kw = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+              tie_word_embeddings=False, initializer_range=0.05)
+    kw.update(overrides)
+    return LlamaConfig(**kw)
+
+
 # ---------------------------------------------------------------------- helpers
 @contextlib.contextmanager
 def reference_mode(model):

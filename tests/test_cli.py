@@ -8,7 +8,9 @@ import orjson
 import pytest
 import torch
 from click.testing import CliRunner
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
+
+from conftest import tiny_chat_config
 
 from core.io.writers import safe_filename
 from specscale_cli.main import cli
@@ -22,10 +24,7 @@ def tiny_dir(tmp_path_factory, smollm2):
     """A tiny random Llama with SmolLM2's tokenizer, saved like any HF model folder."""
     torch.manual_seed(0)
     tok = smollm2.tokenizer
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=False, initializer_range=0.05,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = tiny_chat_config(tok, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     path = tmp_path_factory.mktemp("tiny-model")
     LlamaForCausalLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)

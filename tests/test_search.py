@@ -10,7 +10,9 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
+
+from conftest import tiny_chat_config
 
 from core.io.problems import Problem
 from core.models.loader import LoadedModel
@@ -25,9 +27,7 @@ from core.solver import ModelSettings, build_runtime
 def tiny_chat(smollm2):
     torch.manual_seed(0)
     tok = smollm2.tokenizer
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=False, initializer_range=0.05)
+    cfg = tiny_chat_config(tok)
     model = LlamaForCausalLM(cfg).eval()
     return LoadedModel(model, tok, "tiny-random-llama")
 

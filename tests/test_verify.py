@@ -6,7 +6,9 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
+
+from conftest import tiny_chat_config
 
 from core.engine.engine import EngineConfig, GenerationEngine
 from core.verify.likelihood import LikelihoodScorer
@@ -18,9 +20,7 @@ from core.verify.verifier import Verifier
 def judge_model(smollm2):
     torch.manual_seed(3)
     tok = smollm2.tokenizer
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=False, initializer_range=0.05)
+    cfg = tiny_chat_config(tok)
     return LlamaForCausalLM(cfg).eval(), tok
 
 

@@ -331,23 +331,22 @@ class BeamSearch:
         """Prune a frontier candidate and cancel its speculative subtree."""
         if node.status is NodeStatus.PRUNED:
             return
-        node.status = NodeStatus.PRUNED
-        node.end_reason = EndReason.PRUNED
-        node.pruned_by = rule
-        self._release(node)
+        self._end(node, NodeStatus.PRUNED, EndReason.PRUNED, rule)
         for child in node.children:
             self._cancel_subtree(child, rule)
 
     def _cancel_subtree(self, node: Node, rule: str) -> None:
         if node.status in _LIVE:
-            if node.status is NodeStatus.GENERATING and node.seq is not None and node.seq.tags[0] is node:
-                self.generated_tokens += max(0, len(node.seq.token_ids) - node.step_start)
-            node.status = NodeStatus.CANCELLED
-            node.end_reason = EndReason.CANCELLED
-            node.pruned_by = rule
-            self._release(node)
+            self._end(node, NodeStatus.CANCELLED, EndReason.CANCELLED, rule)
         for child in node.children:
             self._cancel_subtree(child, rule)
+
+    def _end(self, node: Node, status: NodeStatus, reason: EndReason, rule: str) -> None:
+        """Mark a candidate dead by a policy rule; count the tokens a still-generating one had made."""
+        if node.status is NodeStatus.GENERATING and node.seq is not None and node.seq.tags[0] is node:
+            self.generated_tokens += max(0, len(node.seq.token_ids) - node.step_start)
+        node.status, node.end_reason, node.pruned_by = status, reason, rule
+        self._release(node)
 
     def _release(self, node: Node) -> None:
         """Let go of the node's place on its sequence (the sequence is freed with its last candidate)."""
