@@ -186,9 +186,10 @@ POLICY_SPECS = {
     "non-spec": ("non-spec", {}),
     "naive-spec": ("naive-spec", {}),
     "fasttts": ("fasttts", {}),
-    "specscale:ep": ("specscale", {"early_pruning": True, "dedup": False}),
-    "specscale:cd": ("specscale", {"early_pruning": False, "dedup": True}),
-    "specscale:ep+cd": ("specscale", {"early_pruning": True, "dedup": True}),
+    "specscale:ep": ("specscale", {"early_pruning": True, "dedup": False, "lazy_verification": False}),
+    "specscale:cd": ("specscale", {"early_pruning": False, "dedup": True, "lazy_verification": False}),
+    "specscale:ep+cd": ("specscale", {"early_pruning": True, "dedup": True, "lazy_verification": False}),
+    "specscale:ep+cd+lv": ("specscale", {"early_pruning": True, "dedup": True, "lazy_verification": True}),
 }
 
 
@@ -226,6 +227,7 @@ def run_policy_once(runtime, problems, search_cfg, policy: str, max_concurrent: 
         "forward_rows": rt.engine.total_forward_rows,
         "engine_steps": rt.engine.total_steps,
         "prm_calls": v.flushes,
+        "prm_calls_by_trigger": dict(v.by_trigger),
         "prm_tasks": v.tasks,
         "prm_prefills": v.prefills,
         "prm_computed_tokens": v.computed_tokens,

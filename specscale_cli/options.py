@@ -53,6 +53,12 @@ def model_and_search_options(fn=None, *, with_policy: bool = True):
                      help="specscale: early pruning of candidates that cannot reach the top-k (default on)."),
         click.option("--cd/--no-cd", "dedup", default=None,
                      help="specscale: computation deduplication of candidates sharing a prefix (default on)."),
+        click.option("--lv/--no-lv", "lazy_verification", default=None,
+                     help="specscale: lazy verification, one PRM queue for all problems (default on)."),
+        click.option("--lv-threshold", type=click.IntRange(min=1), default=None,
+                     help="LV: flush once the queue holds this many tokens (default 2048)."),
+        click.option("--lv-max-deferrals", type=click.IntRange(min=0), default=None,
+                     help="LV: flush once a task has been passed over this many times (default 6)."),
         click.option("--perfect-score", type=float, default=None,
                      help="specscale EP: score that closes a depth once k candidates reach it (default 1.0; "
                           "a value above 1 disables the rule)."),
@@ -91,7 +97,7 @@ def build_settings(opts: dict):
     for _, dest, _, _ in _MODEL_OPTIONS:
         if opts.get(dest) is not None:
             models[dest] = opts[dest]
-    for dest in ("early_pruning", "dedup"):
+    for dest in ("early_pruning", "dedup", "lazy_verification", "lv_threshold", "lv_max_deferrals"):
         if opts.get(dest) is not None:
             search[dest] = opts[dest]
     if opts.get("perfect_score") is not None:

@@ -55,8 +55,10 @@ class ProgressDisplay:
         eng = runtime.engine
         c = self.counts
         acc = f" acc {c['correct']}/{c['graded']}" if c["graded"] else ""
+        ver = runtime.verifier
         self._info = (f"{stats.generated_tokens / elapsed:6.1f} tok/s  KV {eng.pool.num_used}/{eng.pool.num_blocks}"
-                      f"  seqs {len(eng.scheduler.running)}{acc}")
+                      f"  seqs {len(eng.scheduler.running)}  PRM queue {len(ver.queue)} "
+                      f"({ver.queued_tokens} tok), {ver.stats.flushes} calls{acc}")
         if self._progress is not None:
             self._progress.update(self._task, info=self._info)
         elif time.perf_counter() - self._last_log >= self.LOG_EVERY_S:

@@ -137,5 +137,7 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_progress, overwri
     click.echo(
         f"done: {counts['done']} answered, {counts['errors']} errors, accuracy {acc}, "
         f"{stats.generated_tokens} tokens in {elapsed:.1f}s ({tps:.1f} tok/s), "
-        f"{runtime.verifier.stats.flushes} PRM calls -> {out / 'answers.jsonl'}", err=True)
+        f"{runtime.verifier.stats.flushes} PRM calls "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(runtime.verifier.stats.by_trigger.items())) or 'none'}) "
+        f"-> {out / 'answers.jsonl'}", err=True)
     sys.exit(EXIT_SOME_ERRORS if counts["errors"] else EXIT_OK)

@@ -61,7 +61,8 @@ def baseline(tiny_chat):
     ("fasttts", {}),
     ("specscale", dict(early_pruning=True, dedup=False)),
     ("specscale", dict(early_pruning=False, dedup=True)),
-    ("specscale", dict(early_pruning=True, dedup=True)),
+    ("specscale", dict(early_pruning=True, dedup=True, lazy_verification=False)),
+    ("specscale", dict(early_pruning=True, dedup=True, lazy_verification=True, lv_threshold=512)),
 ])
 def test_same_selections_and_answers_as_non_spec(tiny_chat, baseline, policy, kw):
     _, base_results, base_searches = baseline
@@ -123,12 +124,12 @@ def test_perfect_score_closes_the_depth(tiny_chat):
     from core.search.driver import SearchDriver
 
     rt = make_runtime(tiny_chat)
-    cfg = SearchConfig(**{**BASE, "perfect_score": 1.0, "max_steps": 2})
+    cfg = SearchConfig(**{**BASE, "perfect_score": 1.0, "max_steps": 2, "lazy_verification": False})
     original = rt.verifier.flush
     perfect: list[str] = []
 
-    def flush():
-        tasks = original()
+    def flush(trigger="eager"):
+        tasks = original(trigger)
         for t in tasks:
             if t.owner.depth == 1 and len(perfect) < 2:
                 perfect.append(t.owner.path)
@@ -165,3 +166,14 @@ def test_fasttts_speculation_is_kept_when_selected_and_verified_with_lookahead(t
              and abs(n.t_scored - n.parent.t_scored) < 1e-3]
     assert early
     assert rt.engine.pool.num_used == 0
+
+
+def test_lazy_verification_batches_prm_calls(tiny_chat):
+    rt_lv, _, _ = run_policy(tiny_chat, "specscale", lazy_verification=True, lv_threshold=100_000)
+    rt_eager, _, _ = run_policy(tiny_chat, "specscale", lazy_verification=False)
+    lv, eager = rt_lv.verifier.stats, rt_eager.verifier.stats
+    # (task counts may differ: later scores let speculation run further before EP prunes it)
+    assert lv.flushes < eager.flushes
+    assert set(lv.by_trigger) <= {"sibling-group", "deferral", "idle"} and sum(lv.by_trigger.values()) == lv.flushes
+    assert set(eager.by_trigger) == {"eager"}
+    assert rt_lv.engine.pool.num_used == 0

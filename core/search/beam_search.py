@@ -159,7 +159,9 @@ class BeamSearch:
         node.submitted = True
         parent = node.parent
         node.prefix_ids = parent.prefix_ids + self.scorer.step_ids(node.text, node.token_ids)
-        self.verifier.submit(node, self.scorer.request(parent.prefix_ids, node.prefix_ids))
+        # the last sibling to finish completes its group: the search needs the group's scores now
+        group_complete = not any(s.status is NodeStatus.GENERATING for s in parent.children)
+        self.verifier.submit(node, self.scorer.request(parent.prefix_ids, node.prefix_ids), group_complete)
 
     def on_scored(self, scored: Iterable[tuple[Node, float]]) -> None:
         """Record one flush's scores for this problem, then expand, prune and decide as the policy says."""

@@ -25,6 +25,8 @@ class SearchConfig:
         ``specscale`` policy only.
     perfect_score: with EP, a score at or above which k candidates close their depth at once
         (None disables the rule).
+    lazy_verification / lv_threshold / lv_max_deferrals: SpecScale's LV (section 4.3), see
+        :mod:`core.verify.lazy`; used by the ``specscale`` policy only.
 
     Raises:
         ValueError: N < 1, M < 1, N not divisible by M, temperature < 0, top_p outside (0, 1],
@@ -45,6 +47,9 @@ class SearchConfig:
     early_pruning: bool = True
     dedup: bool = True
     perfect_score: float | None = 1.0
+    lazy_verification: bool = True
+    lv_threshold: int = 2048
+    lv_max_deferrals: int = 6
 
     def __post_init__(self):
         if self.beam_size < 1:
@@ -60,6 +65,8 @@ class SearchConfig:
         for name in ("max_steps", "max_step_tokens", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lv_threshold < 1 or self.lv_max_deferrals < 0:
+            raise ValueError("LV threshold must be >= 1 token and max deferrals >= 0")
         if not self.step_delimiter:
             raise ValueError("step delimiter must not be empty (it is what ends a step)")
         if self.aggregation not in AGGREGATIONS:

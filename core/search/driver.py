@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 from core.engine.engine import GenerationEngine
 from core.io.problems import Problem, ProblemError
 from core.verify.base import Scorer, chat_prompt_ids
+from core.verify.lazy import LazyFlushRule
 from core.verify.verifier import Verifier
 
 from .beam_search import BeamSearch, FastTTSBeamSearch, NaiveSpecBeamSearch, SpecScaleBeamSearch
@@ -73,6 +74,9 @@ class SearchDriver:
         self.scorer = scorer
         self.config = config
         self.policy_cls = POLICIES[policy]
+        # LV is a property of the run, not of one problem: one queue serves every problem
+        lazy = policy == "specscale" and config.lazy_verification
+        self.flush_rule = LazyFlushRule(config.lv_threshold, config.lv_max_deferrals) if lazy else None
         self.max_concurrent = max_concurrent
         self.on_result = on_result or (lambda p, r, s: None)
         self.on_error = on_error or (lambda e: None)
@@ -136,10 +140,11 @@ class SearchDriver:
                 for seq in out.stopped:
                     for node in list(seq.tags):
                         node.search.on_stopped(node, seq)
-            if self.verifier.queue:
+            trigger = self._flush_trigger()
+            if trigger is not None:
                 progressed = True
                 by_search: dict[int, tuple[Any, list]] = {}
-                for task in self.verifier.flush():
+                for task in self.verifier.flush(trigger):
                     search = task.owner.search
                     by_search.setdefault(id(search), (search, []))[1].append((task.owner, task.score))
                 for search, scored in by_search.values():
@@ -153,3 +158,11 @@ class SearchDriver:
             if not progressed and self.active:
                 raise RuntimeError("search stalled: no sequence to run and no verification queued")
         return self.stats
+
+    def _flush_trigger(self) -> str | None:
+        """Why to flush the verification queue now, or None (eager policies flush whatever is queued)."""
+        if not self.verifier.queue:
+            return None
+        if self.flush_rule is None:
+            return "eager"
+        return self.flush_rule.decide(self.verifier.queue, generator_idle=not self.engine.has_work())

@@ -27,6 +27,8 @@ class VerificationTask:
     request: ScoreRequest
     submitted_at: float = field(default_factory=time.perf_counter)
     score: float | None = None
+    group_complete: bool = False  # the last of its sibling group to finish its step (an LV trigger)
+    deferrals: int = 0  # flush decisions that passed it over (LV)
 
 
 @dataclass
@@ -39,6 +41,8 @@ class VerifierStats:
     input_tokens: int = 0
     computed_tokens: int = 0
     seconds: float = 0.0
+    queued_seconds: float = 0.0  # summed over tasks: submission to flush
+    by_trigger: dict = field(default_factory=dict)  # flushes per trigger
 
 
 class Verifier:
@@ -55,9 +59,9 @@ class Verifier:
         self.queue: list[VerificationTask] = []
         self.stats = VerifierStats()
 
-    def submit(self, owner: Any, request: ScoreRequest) -> VerificationTask:
+    def submit(self, owner: Any, request: ScoreRequest, group_complete: bool = False) -> VerificationTask:
         """Queue one task; nothing runs until :meth:`flush`."""
-        task = VerificationTask(owner, request)
+        task = VerificationTask(owner, request, group_complete=group_complete)
         self.queue.append(task)
         return task
 
@@ -72,15 +76,18 @@ class Verifier:
     def queued_tokens(self) -> int:
         return sum(len(t.request.token_ids) for t in self.queue)
 
-    def flush(self) -> list[VerificationTask]:
+    def flush(self, trigger: str = "eager") -> list[VerificationTask]:
         """Score every queued task in one batched prefill; returns them with ``score`` set.
 
-        Tasks with identical inputs are prefilled once and share the score.
+        Tasks with identical inputs are prefilled once and share the score. ``trigger`` names why
+        the flush happened (counted in ``stats.by_trigger``).
         """
         if not self.queue:
             return []
         t0 = time.perf_counter()
         tasks, self.queue = self.queue, []
+        self.stats.by_trigger[trigger] = self.stats.by_trigger.get(trigger, 0) + 1
+        self.stats.queued_seconds += sum(t0 - t.submitted_at for t in tasks)
         by_input: dict[tuple, list[VerificationTask]] = {}
         for t in tasks:
             key = (tuple(t.request.token_ids), tuple(t.request.read_positions))
