@@ -157,6 +157,7 @@ class BeamSearch:
         if node.submitted or node.status is not NodeStatus.FINISHED:
             return
         node.submitted = True
+        node.t_submitted = self.tree.now()
         parent = node.parent
         node.prefix_ids = parent.prefix_ids + self.scorer.step_ids(node.text, node.token_ids)
         # the last sibling to finish completes its group: the search needs the group's scores now

@@ -65,6 +65,7 @@ class Node:
     pruned_by: str | None = None  # the policy rule that pruned or cancelled it
     potential: int = 1  # logical candidates sharing its sequence when its step finished (CD)
     submitted: bool = False  # its verification task was queued
+    t_submitted: float | None = None  # when it was queued for verification (t_scored - this = time queued)
 
     def path_nodes(self) -> list["Node"]:
         """Nodes from depth 1 down to this one."""
@@ -129,6 +130,7 @@ class SearchTree:
                     "deduplicated": n.potential > 1,
                     "t_start": round(n.t_start, 4),
                     "t_finish": round(n.t_finish, 4) if n.t_finish is not None else None,
+                    "t_submitted": round(n.t_submitted, 4) if n.t_submitted is not None else None,
                     "t_scored": round(n.t_scored, 4) if n.t_scored is not None else None,
                 }
                 for n in self.nodes
