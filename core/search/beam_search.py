@@ -460,6 +460,3 @@ class FastTTSBeamSearch(BeamSearch):
             if n.speculative and n.status is NodeStatus.GENERATING and n.parent in self.frontier:
                 self._cancel_subtree(n, "fasttts-cap")
 
-
-# kept for callers of the first version
-NonSpecBeamSearch = BeamSearch

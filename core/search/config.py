@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.verify.lazy import LazyFlushRule
+
 from .aggregation import AGGREGATIONS
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -65,8 +67,7 @@ class SearchConfig:
         for name in ("max_steps", "max_step_tokens", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lv_threshold < 1 or self.lv_max_deferrals < 0:
-            raise ValueError("LV threshold must be >= 1 token and max deferrals >= 0")
+        LazyFlushRule(self.lv_threshold, self.lv_max_deferrals)  # raises ValueError on bad LV settings
         if not self.step_delimiter:
             raise ValueError("step delimiter must not be empty (it is what ends a step)")
         if self.aggregation not in AGGREGATIONS:
