@@ -32,8 +32,6 @@ class RunStats:
     started: float = field(default_factory=time.perf_counter)
     problems_done: int = 0
     problems_failed: int = 0
-    problems_correct: int = 0
-    problems_graded: int = 0
     generated_tokens: int = 0
     generation_seconds: float = 0.0
     engine_steps: int = 0

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 FLUSH_TRIGGERS = ("threshold", "sibling-group", "deferral", "idle", "eager")
 
 
+def queued_tokens(queue: list) -> int:
+    """Input tokens of the queued verification tasks (what one flush would prefill, before dedup)."""
+    return sum(len(t.request.token_ids) for t in queue)
+
+
 @dataclass
 class LazyFlushRule:
     """Flush decision of the LV queue.
@@ -48,7 +53,7 @@ class LazyFlushRule:
         """
         if not queue:
             return None
-        if sum(len(t.request.token_ids) for t in queue) >= self.threshold:
+        if queued_tokens(queue) >= self.threshold:
             return "threshold"
         if any(t.group_complete for t in queue):
             return "sibling-group"

@@ -14,6 +14,7 @@ from typing import Any
 from core.engine.engine import GenerationEngine
 
 from .base import ScoreRequest, Scorer
+from .lazy import queued_tokens
 
 
 @dataclass
@@ -74,7 +75,7 @@ class Verifier:
 
     @property
     def queued_tokens(self) -> int:
-        return sum(len(t.request.token_ids) for t in self.queue)
+        return queued_tokens(self.queue)
 
     def flush(self, trigger: str = "eager") -> list[VerificationTask]:
         """Score every queued task in one batched prefill; returns them with ``score`` set.
