@@ -1,7 +1,8 @@
-"""`specscale bench engine`: engine throughput against `transformers` `generate`, side by side."""
+"""`specscale bench`: engine throughput against `transformers` `generate`, and search policies side by side."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -182,101 +183,85 @@ def bench_engine(model_spec, num_requests, equal_prompt, equal_output, mixed_pro
     click.echo(json.dumps(result, indent=None if as_json else 2))
 
 
-POLICY_SPECS = {
-    "non-spec": ("non-spec", {}),
-    "naive-spec": ("naive-spec", {}),
-    "fasttts": ("fasttts", {}),
-    "specscale:ep": ("specscale", {"early_pruning": True, "dedup": False, "lazy_verification": False}),
-    "specscale:cd": ("specscale", {"early_pruning": False, "dedup": True, "lazy_verification": False}),
-    "specscale:ep+cd": ("specscale", {"early_pruning": True, "dedup": True, "lazy_verification": False}),
-    "specscale:ep+cd+lv": ("specscale", {"early_pruning": True, "dedup": True, "lazy_verification": True}),
-}
-
-
-def run_policy_once(runtime, problems, search_cfg, policy: str, max_concurrent: int) -> dict:
-    """Run one policy over ``problems`` on an already-loaded runtime; returns its counters.
-
-    Engines are fresh per policy (same weights), so KV pools and prefix caches start empty.
-    """
-    from core.grading.equivalence import answers_equivalent
-    from core.search.driver import SearchDriver
-    from core.solver import build_runtime
-
-    rt = build_runtime(runtime.settings, generator=runtime.generator, prm=runtime.prm)
-    correct = 0
-    nodes = {"pruned": 0, "cancelled": 0, "speculative": 0}
-
-    def on_result(problem, result, search):
-        nonlocal correct
-        correct += int(problem.answer is not None and answers_equivalent(result["pred"], problem.answer))
-        for n in search.tree.nodes[1:]:
-            nodes["pruned"] += n.status.value == "pruned"
-            nodes["cancelled"] += n.status.value == "cancelled"
-            nodes["speculative"] += n.speculative
-
-    t0 = time.perf_counter()
-    driver = SearchDriver(rt.engine, rt.generator.tokenizer, rt.generator.eos_token_ids, rt.verifier, rt.scorer,
-                          search_cfg, policy=policy, max_concurrent=max_concurrent, on_result=on_result)
-    stats = driver.run(problems)
-    seconds = time.perf_counter() - t0
-    v = rt.verifier.stats
-    return {
-        "seconds": round(seconds, 2),
-        "generated_tokens": stats.generated_tokens,
-        "tokens_per_s": round(stats.generated_tokens / seconds, 2),
-        "forward_rows": rt.engine.total_forward_rows,
-        "engine_steps": rt.engine.total_steps,
-        "prm_calls": v.flushes,
-        "prm_calls_by_trigger": dict(v.by_trigger),
-        "prm_tasks": v.tasks,
-        "prm_prefills": v.prefills,
-        "prm_computed_tokens": v.computed_tokens,
-        "generation_s": round(stats.generation_seconds, 2),
-        "verification_s": round(v.seconds, 2),
-        "accuracy": round(correct / max(1, len(problems)), 3),
-        "preemptions": rt.engine.scheduler.num_preemptions,
-        **nodes,
-    }
+def _parse_rates(text: str) -> list[float]:
+    try:
+        rates = [float(r) for r in text.split(",") if r.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"'{text}' is not a comma-separated list of numbers", param_hint="--request-rates") from exc
+    if any(r <= 0 for r in rates):
+        raise click.BadParameter("request rates must be > 0 problems/s", param_hint="--request-rates")
+    return rates
 
 
 @bench.command("search")
 @click.option("--dataset", type=click.Path(exists=True, dir_okay=False), default="examples/math500_sample.jsonl",
-              show_default=True, help="JSONL problems.")
-@click.option("--limit", type=click.IntRange(min=1), default=16, show_default=True)
-@click.option("--policies", default="non-spec,naive-spec,fasttts,specscale:ep,specscale:ep+cd", show_default=True,
-              help=f"Comma-separated, from: {', '.join(POLICY_SPECS)}.")
-@click.option("--max-concurrent", type=click.IntRange(min=1), default=16, show_default=True)
+              show_default=True, help="JSONL problems (id, problem, answer).")
+@click.option("--limit", type=click.IntRange(min=1), default=16, show_default=True, help="First K problems.")
+@click.option("--policies", default="non-spec,naive-spec,fasttts,specscale:ep,specscale:ep+cd,specscale:ep+cd+lv",
+              show_default=True, help="Comma-separated policy specs (specscale:ep, :cd, :lv and '+' combinations).")
+@click.option("--max-concurrent", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Problems searched at once.")
+@click.option("--request-rates", default="", help="Poisson arrival rates in problems/s for latency runs, e.g. 0.05,0.1.")
+@click.option("--arrival-seed", type=int, default=0, show_default=True, help="Seed of the arrival process.")
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="runs/bench-search",
+              show_default=True, help="Folder for results.json, results.csv and the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")
 @model_and_search_options(with_policy=False)
-def bench_search(dataset, limit, policies, max_concurrent, as_json, **opts):
-    """Every policy on the same problems, models loaded once, one process: throughput and work counters."""
+def bench_search(dataset, limit, policies, max_concurrent, request_rates, arrival_seed, out_dir, as_json, **opts):
+    """Every policy on the same problems, models loaded once, in one process (paper §5.2-§5.4).
+
+    For each policy: a throughput run (all problems issued at once), then one latency run per
+    request rate (Poisson arrivals). Prints a table and writes OUT/results.json, OUT/results.csv,
+    OUT/throughput.png, OUT/time_breakdown.png and OUT/latency.png.
+    """
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from core.bench.search_bench import parse_policies, run_benchmark
     from core.io.problems import Problem, read_problems
+    from core.models.loader import ModelLoadError
     from core.solver import build_runtime
 
+    from .bench_report import results_table, write_csv, write_plots
     from .options import build_settings
 
     settings, search_cfg, _ = build_settings(opts)
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICY_SPECS]
-    if unknown:
-        raise click.BadParameter(f"unknown policy {', '.join(unknown)}", param_hint="--policies")
+    try:
+        names = parse_policies(policies)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--policies") from exc
+    rates = _parse_rates(request_rates)
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
     problems = [p for p in read_problems(dataset) if isinstance(p, Problem)][:limit]
-    runtime = build_runtime(settings)
-    out = {"dataset": dataset, "problems": len(problems), "beam_size": search_cfg.beam_size,
-           "beam_width": search_cfg.beam_width, "policies": {}}
-    import dataclasses
+    if not problems:
+        raise click.UsageError(f"{dataset}: no valid problems")
+    try:
+        runtime = build_runtime(settings)
+    except (ModelLoadError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    console = Console(stderr=True)
 
-    for name in names:
-        policy, overrides = POLICY_SPECS[name]
-        cfg = dataclasses.replace(search_cfg, **overrides)
-        res = run_policy_once(runtime, problems, cfg, policy, max_concurrent)
-        out["policies"][name] = res
-        if not as_json:
-            click.echo(f"{name:>16}: {res['tokens_per_s']:7.2f} tok/s  {res['generated_tokens']:6d} tokens  "
-                       f"{res['forward_rows']:6d} rows  {res['prm_calls']:4d} PRM calls  acc {res['accuracy']}",
-                       err=True)
-    base = out["policies"].get("non-spec")
-    if base:
-        for res in out["policies"].values():
-            res["ratio_vs_nonspec"] = round(res["tokens_per_s"] / base["tokens_per_s"], 3)
-    click.echo(json.dumps(out, indent=None if as_json else 2))
+    def on_run(name, rate, res):
+        what = "all at once" if rate is None else f"{rate}/s arrivals"
+        console.log(f"{name} ({what}): {res['wall_s']:.1f} s, {res['throughput']:.1f} out tok/s, "
+                    f"{res['goodput']:.1f} goodput tok/s, {res['prm_calls']} PRM calls, "
+                    f"norm latency {1000 * res['normalized_latency_s_per_token']:.1f} ms/tok")
+
+    result = run_benchmark(runtime, problems, search_cfg, names, max_concurrent, rates, arrival_seed, on_run)
+    result = {"dataset": dataset, "problems": len(problems), "beam_size": search_cfg.beam_size,
+              "beam_width": search_cfg.beam_width, "max_concurrent": max_concurrent, "request_rates": rates,
+              "generator": settings.generator, "prm": settings.prm, "scorer": settings.scorer,
+              "search": dataclasses.asdict(search_cfg), **result}
+    rate_keys = [str(r) for r in rates]
+    console.print(results_table(result["policies"], rate_keys))
+    (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    write_csv(out / "results.csv", result["policies"], rate_keys)
+    plots = write_plots(out, result["policies"], rate_keys)
+    console.print(f"wrote {out / 'results.json'}, {out / 'results.csv'}, " + ", ".join(str(p) for p in plots))
+    if as_json:
+        click.echo(json.dumps(result))

@@ -54,6 +54,7 @@ class BlockPool:
         self._hash_to_block: dict[int, int] = {}
         self.hits = 0  # blocks served from the prefix cache (for metrics)
         self.queries = 0  # blocks looked up
+        self.peak_used = 0  # most blocks referenced at once (for metrics)
 
     # ------------------------------------------------------------------ counts
     @property
@@ -84,6 +85,7 @@ class BlockPool:
                 self._forget_hash(b)
             self.ref_count[b] = 1
             out.append(b)
+        self.peak_used = max(self.peak_used, self.num_used)
         return out
 
     def incref(self, blocks: Iterable[int]) -> None:
@@ -92,6 +94,7 @@ class BlockPool:
             if self.ref_count[b] == 0:
                 self._cached_free.pop(b, None)
             self.ref_count[b] += 1
+        self.peak_used = max(self.peak_used, self.num_used)
 
     def free(self, blocks: Iterable[int]) -> None:
         """Drop one reference from each block; unreferenced hashed blocks stay cached.

@@ -56,6 +56,9 @@ class StepOutput:
     forked: ``(parent, child)`` pairs created when candidates sharing a row drew different tokens
         (or always one per extra candidate when the sequence does not deduplicate).
     prefilled: prefill-only sequences that completed (``read_logits`` filled, KV released).
+    num_sampled: tokens drawn, one per logical candidate. num_deduplicated: of those, tokens that
+        joined an equal token of another candidate on one sequence (CD): appended and computed
+        once for several candidates.
     """
 
     stopped: list[Sequence] = field(default_factory=list)
@@ -66,6 +69,7 @@ class StepOutput:
     num_decode_tokens: int = 0
     num_logit_rows: int = 0
     num_sampled: int = 0
+    num_deduplicated: int = 0
     seconds: float = 0.0
 
 
@@ -311,6 +315,7 @@ class GenerationEngine:
             groups = list(by_token.items())
         else:
             groups = [(t, [j]) for j, t in enumerate(tokens)]
+        out.num_deduplicated += len(tokens) - len(groups)
         seeds, tags = seq.seeds, seq.tags
         members = [seq]
         for token, idx in groups[1:]:
@@ -345,6 +350,7 @@ class GenerationEngine:
         return {
             "kv_blocks_total": self.pool.num_blocks,
             "kv_blocks_used": self.pool.num_used,
+            "kv_blocks_peak": self.pool.peak_used,
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
             "paused": len(self.scheduler.paused),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from core.engine.engine import GenerationEngine
 from core.io.problems import Problem, ProblemError
@@ -104,17 +104,31 @@ class SearchDriver:
         self.stats.problems_failed += 1
         self.on_error(ProblemError(problem.id, problem.line, fld, message, self.source))
 
-    def run(self, problems: Iterable[Problem | ProblemError]) -> RunStats:
+    def run(self, problems: Iterable[Problem | ProblemError], arrivals: Sequence[float] | None = None) -> RunStats:
         """Search every problem; returns the run's counters.
+
+        Args:
+            problems: the input stream.
+            arrivals: optional arrival time of each item, in seconds after the call (non-decreasing):
+                an item is not admitted before it arrives (Poisson-arrival benchmarks, paper §5.3).
 
         Raises:
             RuntimeError: the loop cannot make progress (a policy bug; never bad input).
         """
         it = iter(problems)
         exhausted = False
+        t_run = time.perf_counter()
+        pulled = 0
         while True:
             while not exhausted and len(self.active) < self.max_concurrent and not self.should_stop():
+                if arrivals is not None and pulled < len(arrivals):
+                    wait = t_run + arrivals[pulled] - time.perf_counter()
+                    if wait > 0 and self.active:
+                        break  # keep serving admitted problems until the next one arrives
+                    if wait > 0:
+                        time.sleep(wait)  # nothing to run: idle until the next arrival
                 item = next(it, None)
+                pulled += 1
                 if item is None:
                     exhausted = True
                 elif isinstance(item, ProblemError):

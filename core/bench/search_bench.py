@@ -1,0 +1,226 @@
+"""Runs search policies side by side on one loaded runtime and measures them (paper §5.2-§5.4).
+
+Two kinds of run per policy:
+
+* throughput: every problem issued at once (``max_concurrent`` admitted at a time), as in §5.2;
+* latency: problems arrive as a Poisson process at a given rate (problems/s), as in §5.3; each
+  problem's latency runs from its arrival (not its admission) to its answer.
+
+Token counts used below:
+
+* ``output_tokens``: every token the generator sampled for the run, speculative and discarded ones
+  included (logical tokens: with CD one physical row can stand for several candidates);
+* ``answer_tokens``: tokens of the N completions returned per problem. All policies search the same
+  tree (candidate seeds come from tree paths), so this is the same useful work for every policy
+  and ``answer_tokens / wall`` ("goodput") compares policies by wall time alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+import time
+from typing import Any, Sequence
+
+# policy spec name -> (policy, SearchConfig overrides)
+POLICY_SPECS: dict[str, tuple[str, dict]] = {
+    "non-spec": ("non-spec", {}),
+    "naive-spec": ("naive-spec", {}),
+    "fasttts": ("fasttts", {}),
+    "specscale:ep": ("specscale", {"early_pruning": True, "dedup": False, "lazy_verification": False}),
+    "specscale:cd": ("specscale", {"early_pruning": False, "dedup": True, "lazy_verification": False}),
+    "specscale:ep+cd": ("specscale", {"early_pruning": True, "dedup": True, "lazy_verification": False}),
+    "specscale:lv": ("specscale", {"early_pruning": False, "dedup": False, "lazy_verification": True}),
+    "specscale:ep+cd+lv": ("specscale", {"early_pruning": True, "dedup": True, "lazy_verification": True}),
+}
+BASELINE = "non-spec"
+
+
+def parse_policies(text: str) -> list[str]:
+    """Policy spec names from a comma-separated list, in order, without repeats.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    names = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    unknown = [p for p in names if p not in POLICY_SPECS]
+    if unknown or not names:
+        raise ValueError(f"unknown policy {', '.join(unknown) or '(none given)'}; choose from {', '.join(POLICY_SPECS)}")
+    return names
+
+
+def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
+    """Arrival times (seconds from the start) of ``n`` problems in a Poisson process of ``rate``/s.
+
+    The first problem arrives at 0; gaps are exponential with mean ``1/rate``.
+
+    Raises:
+        ValueError: ``rate`` is not positive.
+    """
+    if rate <= 0:
+        raise ValueError(f"request rate must be > 0 problems/s, got {rate}")
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for i in range(n):
+        if i:
+            t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+class _Sampler:
+    """Time-weighted mean of the logical candidates the generator engine holds between iterations."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.last = time.perf_counter()
+        self.weighted = 0.0
+        self.total = 0.0
+
+    def __call__(self, _stats) -> None:
+        now = time.perf_counter()
+        sched = self.engine.scheduler
+        live = sum(len(s.tags) for q in (sched.running, sched.waiting, sched.paused) for s in q)
+        self.weighted += live * (now - self.last)
+        self.total += now - self.last
+        self.last = now
+
+    @property
+    def mean(self) -> float:
+        return self.weighted / self.total if self.total else 0.0
+
+
+def step_wait_seconds(nodes) -> list[float]:
+    """Per expanded candidate: seconds from the end of its step to the start of its first child's step.
+
+    Args:
+        nodes: a tree's nodes (:class:`core.search.tree.Node`); the root and childless nodes are skipped.
+    """
+    out = []
+    for n in nodes:
+        if n.parent is None or not n.children or n.t_finish is None:
+            continue
+        out.append(max(0.0, min(c.t_start for c in n.children) - n.t_finish))
+    return out
+
+
+def run_policy(runtime, problems: Sequence, search_cfg, policy: str, max_concurrent: int,
+               arrivals: Sequence[float] | None = None) -> dict[str, Any]:
+    """Run one policy over ``problems`` on fresh engines that share ``runtime``'s loaded models.
+
+    Args:
+        runtime: a :class:`core.solver.Runtime` (only its models and settings are used).
+        problems: :class:`core.io.problems.Problem` list.
+        arrivals: per-problem arrival times in seconds (a latency run), or None (all at once).
+
+    Returns:
+        Counters and timings (seconds, tokens, tokens/s); see the module docstring for token kinds.
+    """
+    from core.grading.equivalence import answers_equivalent
+    from core.search.driver import SearchDriver
+    from core.solver import build_runtime
+
+    rt = build_runtime(runtime.settings, generator=runtime.generator, prm=runtime.prm)
+    arrival_of = {p.id: a for p, a in zip(problems, arrivals)} if arrivals is not None else {}
+    per_problem: list[dict] = []
+    nodes = {"pruned": 0, "cancelled": 0, "speculative": 0}
+    waits: list[float] = []
+    sampler = _Sampler(rt.engine)
+    t0 = time.perf_counter()
+
+    def on_result(problem, result, search):
+        now = time.perf_counter() - t0
+        answer_tokens = sum(c["num_tokens"] for c in result["completions"])
+        correct = problem.answer is not None and answers_equivalent(result["pred"], problem.answer)
+        latency = now - arrival_of.get(problem.id, 0.0)
+        per_problem.append({"id": problem.id, "latency_s": latency, "answer_tokens": answer_tokens,
+                            "generated_tokens": result["num_generated_tokens"], "correct": bool(correct),
+                            "graded": problem.answer is not None})
+        for n in search.tree.nodes[1:]:
+            nodes["pruned"] += n.status.value == "pruned"
+            nodes["cancelled"] += n.status.value == "cancelled"
+            nodes["speculative"] += n.speculative
+        waits.extend(step_wait_seconds(search.tree.nodes))
+
+    driver = SearchDriver(rt.engine, rt.generator.tokenizer, rt.generator.eos_token_ids, rt.verifier, rt.scorer,
+                          search_cfg, policy=policy, max_concurrent=max_concurrent, on_result=on_result,
+                          on_iteration=sampler)
+    stats = driver.run(problems, arrivals=arrivals)
+    wall = time.perf_counter() - t0
+    v = rt.verifier.stats
+    answer_tokens = sum(p["answer_tokens"] for p in per_problem)
+    graded = [p for p in per_problem if p["graded"]]
+    generation = stats.generation_seconds
+    verification = v.seconds
+    normalized = [p["latency_s"] / max(1, p["answer_tokens"]) for p in per_problem]
+    return {
+        "problems": len(per_problem),
+        "wall_s": round(wall, 3),
+        "output_tokens": stats.generated_tokens,
+        "answer_tokens": answer_tokens,
+        "throughput": round(stats.generated_tokens / wall, 3),
+        "goodput": round(answer_tokens / wall, 3),
+        "time_breakdown_s": {"generation": round(generation, 3), "verification": round(verification, 3),
+                             "other": round(max(0.0, wall - generation - verification), 3)},
+        "mean_concurrent_candidates": round(sampler.mean, 2),
+        "prm_calls": v.flushes,
+        "prm_calls_by_trigger": dict(v.by_trigger),
+        "prm_tasks": v.tasks,
+        "mean_prm_batch_tokens": round(v.input_tokens / v.flushes, 1) if v.flushes else 0.0,
+        "mean_prm_batch_computed_tokens": round(v.computed_tokens / v.flushes, 1) if v.flushes else 0.0,
+        "mean_step_wait_s": round(statistics.fmean(waits), 4) if waits else 0.0,
+        "peak_kv_blocks": rt.engine.pool.peak_used,
+        "kv_blocks_total": rt.engine.pool.num_blocks,
+        "forward_rows": rt.engine.total_forward_rows,
+        "engine_steps": rt.engine.total_steps,
+        "preemptions": rt.engine.scheduler.num_preemptions,
+        "accuracy": round(sum(p["correct"] for p in graded) / len(graded), 4) if graded else None,
+        "mean_latency_s": round(statistics.fmean(p["latency_s"] for p in per_problem), 3) if per_problem else 0.0,
+        "normalized_latency_s_per_token": round(statistics.fmean(normalized), 5) if normalized else 0.0,
+        **nodes,
+    }
+
+
+def run_benchmark(runtime, problems: Sequence, search_cfg, policies: Sequence[str], max_concurrent: int,
+                  request_rates: Sequence[float] = (), seed: int = 0, on_run=None) -> dict[str, Any]:
+    """Every policy on the same problems: a throughput run, then one latency run per request rate.
+
+    Args:
+        on_run: optional callback ``(policy, rate_or_None, result)`` after each run (progress).
+
+    Returns:
+        ``{"policies": {name: {...throughput run..., "ratio_vs_nonspec", "goodput_ratio_vs_nonspec",
+        "accuracy_delta_vs_nonspec", "latency": {rate: {...}}}}}``; ratios only when non-spec ran.
+    """
+    out: dict[str, Any] = {"policies": {}}
+    for name in policies:
+        policy, overrides = POLICY_SPECS[name]
+        cfg = dataclasses.replace(search_cfg, **overrides)
+        res = run_policy(runtime, problems, cfg, policy, max_concurrent)
+        if on_run:
+            on_run(name, None, res)
+        res["latency"] = {}
+        for rate in request_rates:
+            arrivals = poisson_arrivals(len(problems), rate, seed)
+            lat = run_policy(runtime, problems, cfg, policy, max_concurrent, arrivals=arrivals)
+            res["latency"][str(rate)] = {k: lat[k] for k in ("wall_s", "mean_latency_s",
+                                                             "normalized_latency_s_per_token", "throughput",
+                                                             "goodput", "answer_tokens")}
+            if on_run:
+                on_run(name, rate, lat)
+        out["policies"][name] = res
+    add_ratios(out["policies"])
+    return out
+
+
+def add_ratios(results: dict[str, dict]) -> None:
+    """Add throughput/goodput ratios and the accuracy difference against ``non-spec`` (in place)."""
+    base = results.get(BASELINE)
+    if not base:
+        return
+    for res in results.values():
+        res["ratio_vs_nonspec"] = round(res["throughput"] / base["throughput"], 3) if base["throughput"] else None
+        res["goodput_ratio_vs_nonspec"] = round(res["goodput"] / base["goodput"], 3) if base["goodput"] else None
+        if res.get("accuracy") is not None and base.get("accuracy") is not None:
+            res["accuracy_delta_vs_nonspec"] = round(res["accuracy"] - base["accuracy"], 4)

@@ -1,0 +1,134 @@
+"""Tables, CSV and plots for `specscale bench search` results (see core.bench.search_bench)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from rich.table import Table
+
+# (column title, result key or dotted path, format)
+COLUMNS = [
+    ("policy", None, "{}"),
+    ("wall s", "wall_s", "{:.1f}"),
+    ("out tok/s", "throughput", "{:.1f}"),
+    ("vs non-spec", "ratio_vs_nonspec", "{:.2f}x"),
+    ("goodput tok/s", "goodput", "{:.1f}"),
+    ("goodput vs non-spec", "goodput_ratio_vs_nonspec", "{:.2f}x"),
+    ("gen s", "time_breakdown_s.generation", "{:.1f}"),
+    ("verify s", "time_breakdown_s.verification", "{:.1f}"),
+    ("other s", "time_breakdown_s.other", "{:.1f}"),
+    ("mean paths", "mean_concurrent_candidates", "{:.1f}"),
+    ("PRM calls", "prm_calls", "{}"),
+    ("PRM batch tok", "mean_prm_batch_tokens", "{:.0f}"),
+    ("step wait s", "mean_step_wait_s", "{:.2f}"),
+    ("peak KV", "peak_kv_blocks", "{}"),
+    ("acc", "accuracy", "{:.3f}"),
+    ("acc Δ", "accuracy_delta_vs_nonspec", "{:+.3f}"),
+]
+
+
+def _get(res: dict, key: str):
+    value = res
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _fmt(value, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def results_table(results: dict, rates: list[str]) -> Table:
+    """A rich table: one row per policy, throughput-run columns then normalized latency per rate."""
+    table = Table(title="specscale bench search", header_style="bold")
+    for title, _, _ in COLUMNS:
+        table.add_column(title, justify="left" if title == "policy" else "right")
+    for rate in rates:
+        table.add_column(f"norm lat @{rate}/s (ms/tok)", justify="right")
+    best = {rate: min((r["latency"][rate]["normalized_latency_s_per_token"] for r in results.values()), default=None)
+            for rate in rates}
+    for name, res in results.items():
+        row = [name if key is None else _fmt(_get(res, key), fmt) for _, key, fmt in COLUMNS]
+        for rate in rates:
+            value = res["latency"][rate]["normalized_latency_s_per_token"]
+            cell = f"{1000 * value:.1f}"
+            row.append(f"[bold green]{cell}[/]" if value == best[rate] else cell)
+        table.add_row(*row)
+    return table
+
+
+def write_csv(path: Path, results: dict, rates: list[str]) -> None:
+    """One row per policy with every table column plus latency per rate (seconds, tokens)."""
+    keys = [k for _, k, _ in COLUMNS if k]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["policy", *keys, "output_tokens", "answer_tokens", "prm_tasks", "pruned", "cancelled",
+                    *[f"normalized_latency_s_per_token@{r}" for r in rates],
+                    *[f"mean_latency_s@{r}" for r in rates]])
+        for name, res in results.items():
+            w.writerow([name, *[_get(res, k) for k in keys], res["output_tokens"], res["answer_tokens"],
+                        res["prm_tasks"], res["pruned"], res["cancelled"],
+                        *[res["latency"][r]["normalized_latency_s_per_token"] for r in rates],
+                        *[res["latency"][r]["mean_latency_s"] for r in rates]])
+
+
+def write_plots(out_dir: Path, results: dict, rates: list[str]) -> list[Path]:
+    """PNG plots: throughput bars, time breakdown (stacked), normalized latency vs request rate.
+
+    Returns:
+        The paths written (the latency plot only when rates were run).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    written = []
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 4))
+    x = range(len(names))
+    ax.bar([i - 0.2 for i in x], [results[n]["throughput"] for n in names], 0.4, label="output tokens/s")
+    ax.bar([i + 0.2 for i in x], [results[n]["goodput"] for n in names], 0.4, label="goodput (answer tokens/s)")
+    ax.set_xticks(list(x), names, rotation=20, ha="right")
+    ax.set_ylabel("tokens / s")
+    ax.set_title("Throughput, all problems issued at once")
+    ax.legend()
+    fig.tight_layout()
+    written.append(out_dir / "throughput.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 4))
+    bottom = [0.0] * len(names)
+    for part in ("generation", "verification", "other"):
+        values = [results[n]["time_breakdown_s"][part] for n in names]
+        ax.bar(names, values, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel("seconds")
+    ax.set_title("Time breakdown")
+    ax.tick_params(axis="x", rotation=20)
+    ax.legend()
+    fig.tight_layout()
+    written.append(out_dir / "time_breakdown.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    if rates:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = [float(r) for r in rates]
+        for n in names:
+            ax.plot(xs, [1000 * results[n]["latency"][r]["normalized_latency_s_per_token"] for r in rates],
+                    marker="o", label=n)
+        ax.set_xlabel("request rate (problems / s)")
+        ax.set_ylabel("normalized latency (ms / answer token)")
+        ax.set_title("Latency under Poisson arrivals")
+        ax.legend()
+        fig.tight_layout()
+        written.append(out_dir / "latency.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written

@@ -1,0 +1,126 @@
+"""`specscale bench search`: arrivals, metrics and the CLI on a tiny random model."""
+
+from __future__ import annotations
+
+import json
+import random
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from test_cli import GSM8K, tiny_dir  # noqa: F401  (fixture)
+from test_search import PROBLEMS, make_runtime, tiny_chat  # noqa: F401  (fixture)
+
+from core.bench.search_bench import parse_policies, poisson_arrivals, step_wait_seconds
+from core.search.config import SearchConfig
+from core.search.driver import SearchDriver
+from specscale_cli.main import cli
+
+
+def test_poisson_arrivals_follow_exponential_gaps_from_the_seed():
+    got = poisson_arrivals(5, 0.5, seed=3)
+    rng = random.Random(3)
+    want, t = [0.0], 0.0
+    for _ in range(4):
+        t += rng.expovariate(0.5)
+        want.append(t)
+    assert got == want
+    assert poisson_arrivals(5, 0.5, seed=3) == got
+    assert poisson_arrivals(5, 0.5, seed=4) != got
+    with pytest.raises(ValueError, match="> 0"):
+        poisson_arrivals(3, 0.0)
+
+
+def test_parse_policies_keeps_order_and_rejects_unknown_names():
+    assert parse_policies("specscale:ep+cd+lv, non-spec,non-spec") == ["specscale:ep+cd+lv", "non-spec"]
+    with pytest.raises(ValueError, match="unknown policy specscale:xx"):
+        parse_policies("non-spec,specscale:xx")
+    with pytest.raises(ValueError, match="none given"):
+        parse_policies(" , ")
+
+
+def test_step_wait_is_first_child_start_minus_step_end():
+    def node(parent, t_start, t_finish):
+        n = SimpleNamespace(parent=parent, children=[], t_start=t_start, t_finish=t_finish)
+        if parent is not None:
+            parent.children.append(n)
+        return n
+
+    root = node(None, 0.0, None)
+    a = node(root, 0.0, 1.0)
+    b = node(root, 0.0, 2.0)  # no children: not counted
+    node(a, 3.5, 4.0)
+    node(a, 1.5, None)
+    leaf_parent = node(a, 2.0, 2.5)
+    node(leaf_parent, 2.25, None)  # started before its parent finished (speculative): clamps to 0
+    assert step_wait_seconds([root, a, b, *a.children, *leaf_parent.children]) == [0.5, 0.0]
+
+
+def test_driver_admits_nothing_before_its_arrival(tiny_chat):
+    cfg = SearchConfig(beam_size=2, beam_width=2, temperature=1.0, max_steps=2, step_delimiter="e",
+                       max_step_tokens=16, max_tokens=64)
+    rt = make_runtime(tiny_chat)
+    admitted = {}
+
+    def on_result(problem, result, search):
+        admitted[problem.id] = search.tree.t0
+
+    driver = SearchDriver(rt.engine, tiny_chat.tokenizer, tiny_chat.eos_token_ids, rt.verifier, rt.scorer, cfg,
+                          max_concurrent=4, on_result=on_result)
+    import time
+
+    t_call = time.perf_counter()
+    driver.run(PROBLEMS, arrivals=[0.0, 0.4])
+    assert set(admitted) == {"p1", "p2"}
+    assert admitted["p2"] - t_call >= 0.4
+
+
+def test_bench_search_cli_writes_results_csv_plots_and_json(tiny_dir, tmp_path):
+    out = tmp_path / "bench"
+    args = ["bench", "search", "--dataset", str(GSM8K), "--limit", "2", "--policies", "non-spec,specscale:ep+cd+lv",
+            "--request-rates", "50", "-o", str(out), "--json",
+            "--generator", str(tiny_dir), "--prm", str(tiny_dir), "--step-delimiter", "e", "-n", "4", "-m", "2",
+            "--max-steps", "2", "--max-step-tokens", "16", "--kv-cache-gb", "0.05", "--prm-kv-cache-gb", "0.05",
+            "--max-model-len", "1024"]
+    res = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert printed == json.loads((out / "results.json").read_text())
+    pol = printed["policies"]
+    assert list(pol) == ["non-spec", "specscale:ep+cd+lv"]
+    base, spec = pol["non-spec"], pol["specscale:ep+cd+lv"]
+    assert base["ratio_vs_nonspec"] == 1.0 and base["goodput_ratio_vs_nonspec"] == 1.0
+    assert spec["ratio_vs_nonspec"] == round(spec["throughput"] / base["throughput"], 3)
+    # same candidate seeds, same decisions: both policies return the same completions
+    assert spec["answer_tokens"] == base["answer_tokens"] > 0
+    assert spec["accuracy_delta_vs_nonspec"] == round(spec["accuracy"] - base["accuracy"], 4)
+    for r in pol.values():
+        assert r["problems"] == 2
+        assert r["output_tokens"] >= r["answer_tokens"] // 4  # N=4 paths share their ancestors' tokens
+        parts = r["time_breakdown_s"]
+        assert parts["generation"] > 0 and parts["verification"] > 0
+        assert sum(parts.values()) == pytest.approx(r["wall_s"], abs=0.01)
+        assert r["prm_calls"] >= 1 and r["mean_prm_batch_tokens"] > 0
+        assert 0 < r["peak_kv_blocks"] <= r["kv_blocks_total"]
+        assert r["mean_concurrent_candidates"] > 0
+        lat = r["latency"]["50.0"]
+        assert lat["answer_tokens"] == r["answer_tokens"]
+        assert lat["normalized_latency_s_per_token"] > 0
+    assert sum(spec["prm_calls_by_trigger"].values()) == spec["prm_calls"]
+    assert set(base["prm_calls_by_trigger"]) == {"eager"}
+    csv_lines = (out / "results.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("policy,wall_s,throughput,ratio_vs_nonspec")
+    assert [line.split(",")[0] for line in csv_lines[1:]] == ["non-spec", "specscale:ep+cd+lv"]
+    for png in ("throughput.png", "time_breakdown.png", "latency.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_search_rejects_bad_rates_and_policies(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(cli, ["bench", "search", "--request-rates", "0.1,x", "-o", str(tmp_path)])
+    assert res.exit_code == 2 and "not a comma-separated list" in res.output
+    res = runner.invoke(cli, ["bench", "search", "--request-rates", "-1", "-o", str(tmp_path)])
+    assert res.exit_code == 2 and "> 0" in res.output
+    res = runner.invoke(cli, ["bench", "search", "--policies", "fast", "-o", str(tmp_path)])
+    assert res.exit_code == 2 and "unknown policy fast" in res.output
