@@ -265,3 +265,12 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
     console.print(f"wrote {out / 'results.json'}, {out / 'results.csv'}, " + ", ".join(str(p) for p in plots))
     if as_json:
         click.echo(json.dumps(result))
+
+
+def _register_verifier():
+    from .bench_verifier import bench_verifier
+
+    bench.add_command(bench_verifier)
+
+
+_register_verifier()

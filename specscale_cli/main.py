@@ -7,6 +7,8 @@ import os
 
 import click
 
+from .presets_cmd import presets
+from .profile_threshold import profile_threshold
 from .solve import solve
 from .trace import trace
 
@@ -30,6 +32,8 @@ def cli(verbose):
 
 cli.add_command(solve)
 cli.add_command(trace)
+cli.add_command(profile_threshold)
+cli.add_command(presets)
 
 
 def _register_bench():

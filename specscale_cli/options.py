@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import click
 
@@ -12,7 +13,8 @@ _GIB = 1 << 30
 _MODEL_OPTIONS = [
     (("--generator",), "generator", str, "Generator model: embedded name, HF folder, hub name or .gguf file."),
     (("--prm",), "prm", str, "Scoring model (same forms as --generator)."),
-    (("--scorer",), "scorer", click.Choice(["likelihood", "lm-judge"]), "How the PRM model scores a step."),
+    (("--scorer",), "scorer", str,
+     "How the PRM model scores a step: likelihood, lm-judge or a PRM adapter (qwen-math-prm, rlhflow, ...)."),
     (("--dtype",), "dtype", click.Choice(["float32", "bfloat16", "float16"]), "Weights dtype (CPU default float32)."),
     (("--device",), "device", str, "cpu or cuda[:i]."),
     (("--max-num-seqs",), "max_num_seqs", click.IntRange(min=1), "Engine: running sequences per step."),
@@ -28,10 +30,26 @@ _SEARCH_OPTIONS = [
     (("--max-steps",), "max_steps", int, "Step cap per path."),
     (("--max-step-tokens",), "max_step_tokens", int, "Token limit per step."),
     (("--max-tokens",), "max_tokens", int, "Generated-token limit per path."),
-    (("--step-delimiter",), "step_delimiter", str, "Text that ends a step (escapes like \\n are understood)."),
+    (("--step-delimiter",), "step_delimiter", str, "Text that ends a step (\\n \\t \\r \\\\ are understood)."),
     (("--aggregation",), "aggregation", click.Choice(["last", "min", "prod", "mean"]), "Path score from step scores."),
     (("--seed",), "seed", int, "Run seed (each candidate's sampler derives from it, the problem id and its path)."),
+    (("--system-prompt",), "system_prompt", str,
+     "The generator's system turn ('' for none); \\n \\t \\r \\\\ are understood, other backslashes (\\boxed) kept."),
 ]
+# Text flags where a shell makes some characters awkward to type; see decode_escapes.
+_ESCAPED_OPTIONS = ("step_delimiter", "system_prompt")
+_ESCAPE = re.compile(r"\\([\\ntr])")
+_ESCAPED_CHARS = {"\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
+
+
+def decode_escapes(text: str) -> str:
+    """Turn ``\\n``, ``\\t``, ``\\r`` and ``\\\\`` typed on a command line into the characters they name.
+
+    Any other backslash stays as typed, so LaTeX in a prompt (``\\boxed{}``, ``\\frac``) survives;
+    write ``\\\\times`` for a literal ``\\times``. Non-ASCII text is kept (``unicode_escape`` would
+    mangle it).
+    """
+    return _ESCAPE.sub(lambda m: _ESCAPED_CHARS[m.group(1)], text)
 
 
 def model_and_search_options(fn=None, *, with_policy: bool = True):
@@ -43,7 +61,9 @@ def model_and_search_options(fn=None, *, with_policy: bool = True):
     if fn is None:
         return functools.partial(model_and_search_options, with_policy=with_policy)
     opts = [
-        click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
+        click.option("--preset", default=None,
+                     help="Preset name (list: `specscale presets`) or a .toml path; flags override its fields. "
+                          "Default: smollm2-cpu."),
     ]
     if with_policy:
         opts.append(click.option("--policy", type=click.Choice(["non-spec", "naive-spec", "fasttts", "specscale"]),
@@ -73,13 +93,35 @@ def model_and_search_options(fn=None, *, with_policy: bool = True):
     return functools.wraps(fn)(fn)
 
 
+def prm_options(fn=None, *, with_scorer: bool = True):
+    """Add preset, PRM-model and engine options (no generator, no search flags) to a click command.
+
+    For commands that run only the PRM (`profile-threshold`, `bench verifier`); the values go
+    through :func:`build_settings` like the full set. ``with_scorer=False`` leaves out ``--scorer``
+    for commands that take their own list of scorers.
+    """
+    if fn is None:
+        return functools.partial(prm_options, with_scorer=with_scorer)
+    opts = [
+        click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
+        click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Scorer KV pool (GiB)."),
+    ]
+    for flags, dest, typ, help_ in _MODEL_OPTIONS:
+        if dest != "generator" and (with_scorer or dest != "scorer"):
+            opts.append(click.option(*flags, dest, type=typ, default=None, help=help_))
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return functools.wraps(fn)(fn)
+
+
 def build_settings(opts: dict):
     """Merge preset and flags into ``(ModelSettings, SearchConfig, policy)``.
 
     Raises:
-        click.UsageError: unknown preset or invalid settings (N not divisible by M, ...).
+        click.UsageError: unknown or invalid preset, or invalid settings (N not divisible by M, an
+            unknown scorer, ...).
     """
-    from core.presets import DEFAULT_PRESET, PresetError, load_preset
+    from core.presets import DEFAULT_PRESET, PresetError, load_preset, model_settings_problems
     from core.search.config import SearchConfig
     from core.solver import ModelSettings
 
@@ -104,10 +146,10 @@ def build_settings(opts: dict):
         search["perfect_score"] = opts["perfect_score"] if opts["perfect_score"] <= 1.0 else None
     for _, dest, _, _ in _SEARCH_OPTIONS:
         if opts.get(dest) is not None:
-            value = opts[dest]
-            if dest == "step_delimiter":
-                value = value.encode("utf-8").decode("unicode_escape")
-            search[dest] = value
+            search[dest] = decode_escapes(opts[dest]) if dest in _ESCAPED_OPTIONS else opts[dest]
+    for field, message in model_settings_problems(models):
+        if field != "device":  # check_device below says more (it asks torch)
+            raise click.UsageError(f"--{field.replace('_', '-')}: {message}")
     try:
         settings, search_cfg = ModelSettings(**models), SearchConfig(**search)
     except (TypeError, ValueError) as exc:

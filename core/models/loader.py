@@ -8,6 +8,10 @@ Model specs accepted by :func:`load_model`:
 * a local folder with ``config.json`` (and tokenizer files);
 * a hub name such as ``Qwen/Qwen2.5-7B-Instruct`` (needs network unless already in the HF cache).
 
+A folder or hub name whose ``config.json`` names a PRM architecture that is a decoder plus a
+classification head (``Qwen2ForProcessRewardModel``, see :mod:`core.models.prm_head`) loads as
+that decoder + head model instead of a causal LM, without ``trust_remote_code``.
+
 GGUF weights are de-quantized by `transformers` on load, which takes ~40 s for SmolLM2 on two
 CPU cores; the de-quantized model is therefore saved once as safetensors under
 ``$SPECSCALE_CACHE`` (default ``~/.cache/specscale``) and later loads take about a second.
@@ -40,9 +44,10 @@ class ModelLoadError(Exception):
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready for the engine.
+    """A model ready for the engine: a causal LM, or a PRM decoder + classification head.
 
-    model: `transformers` ``*ForCausalLM`` in eval mode on ``device``.
+    model: `transformers` ``*ForCausalLM`` (or a :mod:`core.models.prm_head` model) in eval mode
+        on ``device``.
     tokenizer: its tokenizer.
     name: the spec it was loaded from.
     """
@@ -50,6 +55,11 @@ class LoadedModel:
     model: torch.nn.Module
     tokenizer: object
     name: str
+
+    @property
+    def head(self) -> str:
+        """Which output the engine's logits rows hold: "lm" (vocabulary logits) or "classifier"."""
+        return getattr(self.model, "head_kind", "lm")
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
@@ -131,8 +141,43 @@ def _from_gguf(gguf: Path, dtype: torch.dtype):
     return model, tok
 
 
+def head_model_class(source: str | Path):
+    """The decoder + head class for a PRM checkpoint (by its ``config.json`` architectures), else None.
+
+    ``source`` is a model folder or hub name; a config that cannot be read gives None (the causal
+    LM loader then reports the problem).
+    """
+    from transformers import PretrainedConfig
+
+    from .prm_head import HEAD_ARCHITECTURES
+
+    try:
+        config, _ = PretrainedConfig.get_config_dict(str(source))
+    except (OSError, ValueError):
+        return None
+    for arch in config.get("architectures") or []:
+        if arch in HEAD_ARCHITECTURES:
+            return HEAD_ARCHITECTURES[arch]
+    return None
+
+
+def _from_pretrained(source: str | Path, spec: str, dtype: torch.dtype):
+    """A causal LM, or a decoder + head PRM when the config names one (all head weights required)."""
+    from transformers import AutoModelForCausalLM
+
+    head_cls = head_model_class(source)
+    if head_cls is None:
+        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    model, info = head_cls.from_pretrained(source, dtype=dtype, output_loading_info=True)
+    if info.get("missing_keys"):
+        missing = sorted(info["missing_keys"])
+        raise ModelLoadError(f"cannot load PRM '{spec}' as {head_cls.__name__}: its checkpoint lacks "
+                             f"{', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+    return model
+
+
 def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = "cpu") -> LoadedModel:
-    """Load a causal LM and its tokenizer from a spec (see module docstring).
+    """Load a causal LM (or a decoder + head PRM) and its tokenizer from a spec (see module docstring).
 
     Args:
         spec: embedded name, ``.gguf`` path, model folder or hub name.
@@ -143,7 +188,7 @@ def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = 
         ModelLoadError: the spec names nothing loadable, or `transformers` cannot load it
             (unsupported architecture, missing files, no network for a hub name).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     torch_dtype = resolve_dtype(dtype, device)
     path = Path(os.path.expanduser(spec))
@@ -158,10 +203,10 @@ def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = 
             if not (path / "config.json").is_file():
                 raise ModelLoadError(f"{spec} is not a model folder (no config.json)")
             tok = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            model = _from_pretrained(path, spec, torch_dtype)
         elif spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
             tok = AutoTokenizer.from_pretrained(spec)
-            model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch_dtype)
+            model = _from_pretrained(spec, spec, torch_dtype)
         else:
             raise ModelLoadError(
                 f"model '{spec}' not found: give a model folder, a .gguf file, a hub name (org/name) "

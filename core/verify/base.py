@@ -38,6 +38,9 @@ class Scorer(ABC):
     """
 
     name: str = "scorer"
+    #: which output of the PRM model the scores are read from: "lm" (a causal LM's vocabulary
+    #: logits) or "classifier" (a token-classification head, see core.models.prm_head)
+    head: str = "lm"
 
     def __init__(self, tokenizer, share_generator_ids: bool = False):
         self.tokenizer = tokenizer
@@ -47,8 +50,13 @@ class Scorer(ABC):
     def root_ids(self, problem: str, system_prompt: str) -> list[int]:
         """Ids of the scorer input before the first step (a node's ``prefix_ids`` start here)."""
 
-    def step_ids(self, step_text: str, generator_ids: list[int]) -> list[int]:
-        """Ids of one step in the scorer's vocabulary (reused from the generator when shared)."""
+    def step_ids(self, step_text: str, generator_ids: list[int], first_step: bool = False) -> list[int]:
+        """Ids that one step adds to its parent's ``prefix_ids`` (reused from the generator when shared).
+
+        ``first_step`` is True for a depth-1 step (its parent is the root): some PRM formats join
+        the first step to the question differently from later steps. Adapters may add separator
+        or turn ids around the step; a node's ``prefix_ids`` stay a prefix of its children's.
+        """
         if self.share_generator_ids:
             return list(generator_ids)
         return self.tokenizer.encode(step_text, add_special_tokens=False)

@@ -1,0 +1,92 @@
+"""`specscale bench verifier`: how well each scorer separates correct steps from one-number slips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .options import build_settings, prm_options
+
+PROJECT = Path(__file__).resolve().parent.parent
+# the full GSM8K test set lives next to the checkout when present (DESIGN.md, "Data")
+SHARED_GSM8K = PROJECT.parent / "shared" / "data" / "gsm8k_test.jsonl"
+SAMPLE_GSM8K = PROJECT / "examples" / "gsm8k_sample.jsonl"
+
+
+def _default_dataset() -> Path:
+    return SHARED_GSM8K if SHARED_GSM8K.is_file() else SAMPLE_GSM8K
+
+
+def _table(results: dict):
+    from rich.table import Table
+
+    table = Table(title="Scorer quality: correct step vs the same step with one number changed")
+    for name in ("scorer", "pairs", "AUROC", "pairwise acc.", "mean correct", "mean wrong", "seconds"):
+        table.add_column(name, justify="right" if name != "scorer" else "left")
+    for name, r in results.items():
+        table.add_row(name, str(r["pairs"]), f"{r['auroc']:.3f}", f"{r['pairwise_accuracy']:.3f}",
+                      f"{r['mean_correct']:.3f}", f"{r['mean_wrong']:.3f}", f"{r['seconds']:.1f}")
+    return table
+
+
+@click.command("verifier")
+@click.option("--dataset", type=click.Path(exists=True, dir_okay=False), default=None,
+              help=f"JSONL with 'problem' and reference 'solution' (GSM8K style). Default: {SHARED_GSM8K.relative_to(PROJECT.parent)} "
+                   "next to the project if present, else examples/gsm8k_sample.jsonl.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Problems to take (in file order); each numbered solution step gives one pair.")
+@click.option("--scorers", default="likelihood,lm-judge", show_default=True, help="Comma-separated scorers to compare.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the number changes.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line of stdout).")
+@prm_options(with_scorer=False)
+def bench_verifier(dataset, limit, scorers, seed, as_json, **opts):
+    """AUROC and pairwise accuracy of each scorer on correct/wrong step pairs from reference solutions.
+
+    Each solution line with a number is a correct step; its wrong twin changes one number. Both are
+    scored after the same correct prefix through the PRM's verifier, as the search scores steps.
+    """
+    import dataclasses
+
+    from rich.console import Console
+
+    from core.models.loader import ModelLoadError, load_model
+    from core.solver import SCORERS, build_verifier
+    from core.verify.quality import build_pairs, evaluate_scorer
+    from core.verify.reference import read_solved_problems
+
+    settings, search_cfg, _ = build_settings(opts)
+    names = [s.strip() for s in scorers.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SCORERS]
+    if not names or unknown:
+        raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown) or '(none given)'}; choose from "
+                                 f"{', '.join(SCORERS)}", param_hint="--scorers")
+    path = Path(dataset) if dataset else _default_dataset()
+    try:
+        problems = read_solved_problems([path], limit)
+    except (OSError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    pairs = build_pairs(problems, seed)
+    if not pairs:
+        raise click.UsageError(f"{path}: no solution step with a number in the first {limit} problems")
+
+    console = Console(stderr=as_json)
+    console.print(f"{len(pairs)} pairs from {len(problems)} problems of {path}; loading {settings.prm}...")
+    try:
+        prm = load_model(settings.prm, settings.dtype, settings.device)
+        results = {}
+        for name in names:
+            verifier = build_verifier(dataclasses.replace(settings, scorer=name), prm)
+            results[name] = evaluate_scorer(verifier, pairs, search_cfg.system_prompt, search_cfg.step_delimiter)
+            console.print(f"  {name}: AUROC {results[name]['auroc']:.3f}, pairwise "
+                          f"{results[name]['pairwise_accuracy']:.3f} ({results[name]['seconds']:.1f} s)")
+    except (ModelLoadError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    console.print(_table(results))
+    best = max(results, key=lambda n: (results[n]["auroc"], results[n]["pairwise_accuracy"]))
+    result = {"dataset": str(path), "problems": len(problems), "pairs": len(pairs), "seed": seed,
+              "prm": settings.prm, "step_delimiter": search_cfg.step_delimiter, "scorers": results,
+              "best_scorer": best}
+    if as_json:
+        click.echo(json.dumps(result))
