@@ -15,6 +15,8 @@ from typing import IO, Iterator, Sequence
 
 import orjson
 
+from core.grading.extract import gsm8k_hash_answer
+
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -23,10 +25,12 @@ class Problem:
     """One valid problem record.
 
     Attributes:
-        id: unique id (string; numeric ids are converted, missing ids are made up as ``line-<N>``).
+        id: unique id (string; numeric ids are converted, missing ids are made up as ``line-<N>``
+            for files and ``row-<N>`` for dataset rows, N being 1-based).
         problem: the problem statement, unchanged.
-        answer: reference answer as a string (numbers converted), or None when the record has none.
-        line: 1-based line number in the source file.
+        answer: reference answer as a string (numbers converted, a GSM8K ``#### 42`` solution reduced
+            to ``42``), or None when the record has none.
+        line: 1-based line number in the source file (row number in the split for datasets).
         extra: every other field of the record (e.g. ``solution``, ``subject``, ``level``).
     """
 
@@ -43,7 +47,7 @@ class ProblemError:
 
     Attributes:
         id: the record's id when it could be read, else None.
-        line: 1-based line number in the source file.
+        line: 1-based line number in the source file (row number in the split for datasets).
         field: the offending field, or None when the whole line is bad (invalid JSON, not UTF-8...).
         message: what is wrong, in words.
         source: the path as given to :func:`read_problems` (``<stdin>`` for ``-``).
@@ -100,23 +104,21 @@ def _bad_utf8_message(raw: bytes) -> str | None:
     return None
 
 
+DEFAULT_PROBLEM_FIELDS = ("problem", "question")
+
+
 def read_problems(
     path: str | Path,
-    problem_fields: Sequence[str] = ("problem", "question"),
+    problem_fields: Sequence[str] = DEFAULT_PROBLEM_FIELDS,
     answer_field: str = "answer",
     id_field: str = "id",
 ) -> Iterator[Problem | ProblemError]:
     """Stream the records of a JSONL problem file, one per non-blank line, in file order.
 
     The file is opened when this function is called (so a missing file fails at once, before any
-    work starts) but read lazily, one line at a time, as the returned iterator is consumed.
-
-    Each line must be a JSON object with a non-empty string problem statement, taken from the
-    first of ``problem_fields`` that the object has. ``answer_field`` is optional (absent or null
-    gives ``answer=None``); a number is converted to its string form. ``id_field`` is optional (a
-    missing or null id becomes ``line-<N>``); a numeric id is converted to a string. Ids must be
-    unique: a repeated id is an error on the later line, and the message names the first line.
-    Fields other than the used problem field, answer and id go to :attr:`Problem.extra`.
+    work starts) but read lazily, one line at a time, as the returned iterator is consumed. Each
+    line is checked by :func:`parse_record`; a missing id becomes ``line-<N>`` (N = the 1-based
+    line number, blank lines counted, so made-up ids are stable across reruns of the same file).
 
     Args:
         path: file to read, or ``-`` for standard input.
@@ -173,9 +175,6 @@ def _parse_line(
     id_field: str,
     seen: dict[str, int],
 ) -> Problem | ProblemError:
-    def error(message: str, field_name: str | None = None, pid: str | None = None) -> ProblemError:
-        return ProblemError(id=pid, line=lineno, field=field_name, message=message, source=source)
-
     # Parse without the line ending so orjson's error positions are columns within this line.
     raw = raw.rstrip(b"\r\n")
     try:
@@ -184,15 +183,70 @@ def _parse_line(
         # orjson reports bad UTF-8 as a generic decode error; say plainly what is wrong instead.
         bad_utf8 = _bad_utf8_message(raw)
         if bad_utf8 is not None:
-            return error(bad_utf8)
+            return ProblemError(None, lineno, None, bad_utf8, source)
         # orjson's own "line 1 column N" would read as a file line number next to ours.
-        return error(f"invalid JSON: {exc.msg} (column {exc.colno})")
+        return ProblemError(None, lineno, None, f"invalid JSON: {exc.msg} (column {exc.colno})", source)
+    return parse_record(obj, lineno, source, problem_fields, answer_field, id_field, seen)
+
+
+def gold_answer(raw: str) -> str:
+    """The reference answer held by an answer field: the text after ``####`` when the field holds a
+    whole GSM8K-style worked solution (``... #### 42`` -> ``42``, thousands separators dropped, see
+    :func:`core.grading.extract.gsm8k_hash_answer`), else the field unchanged.
+
+    Raises:
+        ValueError: the field has ``####`` with nothing after it.
+    """
+    if "####" not in raw:
+        return raw
+    hashed = gsm8k_hash_answer(raw)
+    if hashed is None:
+        raise ValueError("has '####' but no answer after it")
+    return hashed
+
+
+def parse_record(
+    obj: object,
+    line: int,
+    source: str,
+    problem_fields: Sequence[str] = DEFAULT_PROBLEM_FIELDS,
+    answer_field: str = "answer",
+    id_field: str = "id",
+    seen: dict[str, int] | None = None,
+    id_prefix: str = "line",
+) -> Problem | ProblemError:
+    """Check one decoded record (a JSONL line or a dataset row) and turn it into a :class:`Problem`.
+
+    The record must be an object with a non-empty string problem statement, taken from the first of
+    ``problem_fields`` that it has. ``answer_field`` is optional (absent or null gives
+    ``answer=None``); a number is converted to its string form; a GSM8K worked solution ending in
+    ``#### 42`` gives ``42`` (see :func:`gold_answer`; the whole text goes to ``extra["solution"]``
+    when the record has no ``solution``). ``id_field`` is optional (missing or null becomes
+    ``<id_prefix>-<line>``); a numeric id is converted to a string. Ids must be unique within one
+    ``seen`` map: a repeated id is an error on the later record, naming the first one's line.
+    Fields other than the used problem field, answer and id go to :attr:`Problem.extra`.
+
+    Args:
+        obj: the decoded record.
+        line: its 1-based line (or row) number, used in errors and made-up ids.
+        source: file or dataset name for errors.
+        problem_fields / answer_field / id_field: field names, as in :func:`read_problems`.
+        seen: id -> line of the records seen so far in this input; updated in place (None: no
+            duplicate check).
+        id_prefix: prefix of made-up ids.
+
+    Returns:
+        The :class:`Problem`, or a :class:`ProblemError` naming the offending field. Never raises.
+    """
+    def error(message: str, field_name: str | None = None, pid: str | None = None) -> ProblemError:
+        return ProblemError(id=pid, line=line, field=field_name, message=message, source=source)
+
     if not isinstance(obj, dict):
         return error(f"expected a JSON object, got {_type_name(obj)}")
 
     raw_id = obj.get(id_field)
     if raw_id is None:
-        pid = f"line-{lineno}"
+        pid = f"{id_prefix}-{line}"
     elif isinstance(raw_id, str) and raw_id.strip():
         pid = raw_id
     elif isinstance(raw_id, (int, float)) and not isinstance(raw_id, bool):
@@ -202,10 +256,11 @@ def _parse_line(
     else:
         return error(f"must be a string or a number, got {_type_name(raw_id)}", id_field)
 
-    first = seen.get(pid)
-    if first is not None:
-        return error(f"duplicate id {pid!r} (first seen on line {first})", id_field, pid)
-    seen[pid] = lineno
+    if seen is not None:
+        first = seen.get(pid)
+        if first is not None:
+            return error(f"duplicate id {pid!r} (first seen on line {first})", id_field, pid)
+        seen[pid] = line
 
     pfield = next((name for name in problem_fields if name in obj), problem_fields[0])
     text = obj.get(pfield)
@@ -215,13 +270,20 @@ def _parse_line(
         return error("missing or empty", pfield, pid)
 
     raw_answer = obj.get(answer_field)
-    if raw_answer is None or isinstance(raw_answer, str):
-        answer = raw_answer
+    extra = {k: v for k, v in obj.items() if k not in (pfield, answer_field, id_field)}
+    if raw_answer is None:
+        answer = None
+    elif isinstance(raw_answer, str):
+        try:
+            answer = gold_answer(raw_answer)
+        except ValueError as exc:
+            return error(str(exc), answer_field, pid)
+        if answer != raw_answer:
+            extra.setdefault("solution", raw_answer)
     elif isinstance(raw_answer, (int, float)) and not isinstance(raw_answer, bool):
         answer = str(raw_answer)
     else:
         return error(f"must be a string or a number, got {_type_name(raw_answer)}",
                      answer_field, pid)
 
-    extra = {k: v for k, v in obj.items() if k not in (pfield, answer_field, id_field)}
-    return Problem(id=pid, problem=text, answer=answer, line=lineno, extra=extra)
+    return Problem(id=pid, problem=text, answer=answer, line=line, extra=extra)

@@ -4,6 +4,7 @@ Layout under the output directory ``OUT``::
 
     OUT/answers.jsonl          one JSON object per finished problem, appended as each finishes
     OUT/traces/<safe id>.json  the search trace of one problem (see :func:`safe_filename`)
+    OUT/summary.json           run totals and the config used, written when the run ends
 
 A batch run can be killed at any moment (Ctrl-C, OOM killer, preemption). Every answer line is
 flushed and fsync'ed before :meth:`AnswerWriter.write` returns, and trace files are replaced
@@ -24,6 +25,7 @@ import orjson
 
 ANSWERS_FILENAME = "answers.jsonl"
 TRACES_DIRNAME = "traces"
+SUMMARY_FILENAME = "summary.json"
 
 # Portable across Linux, macOS and Windows file systems and safe in shells without quoting.
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]")
@@ -182,10 +184,28 @@ def write_trace(out_dir: str | Path, problem_id: str, trace: dict) -> Path:
     traces_dir.mkdir(parents=True, exist_ok=True)
     target = traces_dir / safe_filename(problem_id)
     # Indented: traces are meant to be read by people as well as by the `trace` command.
-    data = orjson.dumps(trace, option=orjson.OPT_INDENT_2) + b"\n"
-    fd, tmp_name = tempfile.mkstemp(dir=traces_dir, prefix=f".{target.stem[:40]}.", suffix=".tmp")
+    _replace_atomically(target, orjson.dumps(trace, option=orjson.OPT_INDENT_2) + b"\n")
+    return target
+
+
+def write_summary(out_dir: str | Path, summary: dict) -> Path:
+    """Write ``OUT/summary.json`` (run totals and config, see README "summary.json"), atomically.
+
+    Raises:
+        TypeError: ``summary`` is not serialisable by orjson (nothing is written then).
+        OSError: the file cannot be written.
+    """
+    target = Path(out_dir) / SUMMARY_FILENAME
+    _replace_atomically(target, orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    return target
+
+
+def _replace_atomically(target: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file next to ``target``, fsync it, then rename it over ``target``."""
+    directory = target.parent
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.stem[:40]}.", suffix=".tmp")
     try:
-        # mkstemp creates 0600; traces are as readable as answers.jsonl (umask applies)
+        # mkstemp creates 0600; these files are as readable as answers.jsonl (umask applies)
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
@@ -201,5 +221,4 @@ def write_trace(out_dir: str | Path, problem_id: str, trace: dict) -> Path:
         except OSError:
             pass
         raise
-    _fsync_dir(traces_dir)
-    return target
+    _fsync_dir(directory)

@@ -27,6 +27,7 @@ The policies differ only in *when* work happens:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from core.engine.engine import GenerationEngine
@@ -49,6 +50,17 @@ _END_REASONS = {
 _LIVE = (NodeStatus.GENERATING, NodeStatus.FINISHED, NodeStatus.VERIFIED, NodeStatus.SELECTED)
 
 
+@dataclass
+class PruneCounts:
+    """Candidates ended by a policy rule, per rule name (``top-k``, ``ep``, ``perfect-score``, ``surplus``,
+    ``fasttts-cap``): ``pruned`` counts frontier candidates, ``cancelled`` their speculative descendants
+    and surplus children. One instance may be shared by every problem of a run (live totals).
+    """
+
+    pruned: dict[str, int] = field(default_factory=dict)
+    cancelled: dict[str, int] = field(default_factory=dict)
+
+
 def split_children(total: int, parents: int) -> list[int]:
     """Children per selected parent, best parent first: as even as possible, extras to the best."""
     base, extra = divmod(total, parents)
@@ -64,6 +76,7 @@ class BeamSearch:
         engine: the generator engine. verifier/scorer: step scoring.
         config: search settings. tokenizer: generator tokenizer (decodes step text).
         eos_token_ids: generator EOS ids.
+        prune_counts: where candidates ended by a rule are counted (default: a fresh one per problem).
     """
 
     policy = "non-spec"
@@ -71,8 +84,9 @@ class BeamSearch:
 
     def __init__(self, problem_id: str, problem: str, prompt_ids: list[int], *, engine: GenerationEngine,
                  verifier: Verifier, scorer: Scorer, config: SearchConfig, tokenizer,
-                 eos_token_ids: frozenset[int], t0: float | None = None):
+                 eos_token_ids: frozenset[int], t0: float | None = None, prune_counts: PruneCounts | None = None):
         self.config = config
+        self.prune_counts = prune_counts if prune_counts is not None else PruneCounts()
         self.engine = engine
         self.verifier = verifier
         self.scorer = scorer
@@ -159,7 +173,8 @@ class BeamSearch:
         node.submitted = True
         node.t_submitted = self.tree.now()
         parent = node.parent
-        node.prefix_ids = parent.prefix_ids + self.scorer.step_ids(node.text, node.token_ids)
+        step_ids = self.scorer.step_ids(node.text, node.token_ids, first_step=node.depth == 1)
+        node.prefix_ids = parent.prefix_ids + step_ids
         # the last sibling to finish completes its group: the search needs the group's scores now
         group_complete = not any(s.status is NodeStatus.GENERATING for s in parent.children)
         self.verifier.submit(node, self.scorer.request(parent.prefix_ids, node.prefix_ids), group_complete)
@@ -349,6 +364,8 @@ class BeamSearch:
         if node.status is NodeStatus.GENERATING and node.seq is not None and node.seq.tags[0] is node:
             self.generated_tokens += max(0, len(node.seq.token_ids) - node.step_start)
         node.status, node.end_reason, node.pruned_by = status, reason, rule
+        counts = self.prune_counts.pruned if status is NodeStatus.PRUNED else self.prune_counts.cancelled
+        counts[rule] = counts.get(rule, 0) + 1
         self._release(node)
 
     def _release(self, node: Node) -> None:
@@ -357,6 +374,14 @@ class BeamSearch:
         seq, node.seq = node.seq, None
         if seq is not None and seq.status is not SeqStatus.FINISHED and any(t is node for t in seq.tags):
             self.engine.detach(seq, node)
+
+    def abort(self, rule: str = "error") -> None:
+        """Give the problem up (the driver writes an error record instead): cancel every live
+        candidate, which frees its KV and drops its queued verification tasks; ``rule`` is recorded
+        as their ``pruned_by``."""
+        for child in self.tree.root.children:
+            self._cancel_subtree(child, rule)
+        self.done = True
 
     # ------------------------------------------------------------------ results
     def result(self) -> dict[str, Any]:

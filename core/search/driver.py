@@ -18,7 +18,7 @@ from core.verify.base import Scorer, chat_prompt_ids
 from core.verify.lazy import LazyFlushRule
 from core.verify.verifier import Verifier
 
-from .beam_search import BeamSearch, FastTTSBeamSearch, NaiveSpecBeamSearch, SpecScaleBeamSearch
+from .beam_search import BeamSearch, FastTTSBeamSearch, NaiveSpecBeamSearch, PruneCounts, SpecScaleBeamSearch
 from .config import SearchConfig
 
 POLICIES = {"non-spec": BeamSearch, "naive-spec": NaiveSpecBeamSearch, "fasttts": FastTTSBeamSearch,
@@ -27,7 +27,11 @@ POLICIES = {"non-spec": BeamSearch, "naive-spec": NaiveSpecBeamSearch, "fasttts"
 
 @dataclass
 class RunStats:
-    """Live counters of one run (read by the progress display)."""
+    """Live counters of one run (read by the dashboard, see :mod:`core.metrics`).
+
+    generated_tokens: tokens sampled, one per logical candidate. cd_saved_tokens: of those, tokens
+    computed once for several candidates (CD). prunes: candidates ended by each policy rule.
+    """
 
     started: float = field(default_factory=time.perf_counter)
     problems_done: int = 0
@@ -35,6 +39,8 @@ class RunStats:
     generated_tokens: int = 0
     generation_seconds: float = 0.0
     engine_steps: int = 0
+    cd_saved_tokens: int = 0
+    prunes: PruneCounts = field(default_factory=PruneCounts)
 
     @property
     def elapsed(self) -> float:
@@ -96,13 +102,36 @@ class SearchDriver:
             return
         search = self.policy_cls(problem.id, problem.problem, prompt, engine=self.engine, verifier=self.verifier,
                                  scorer=self.scorer, config=self.config, tokenizer=self.tokenizer,
-                                 eos_token_ids=self.eos_token_ids)
+                                 eos_token_ids=self.eos_token_ids, prune_counts=self.stats.prunes)
         search.start()
         self.active.append((problem, search))
 
     def _fail(self, problem: Problem, fld: str, message: str) -> None:
         self.stats.problems_failed += 1
         self.on_error(ProblemError(problem.id, problem.line, fld, message, self.source))
+
+    def _fail_unscorable(self) -> bool:
+        """Give up the problems with a queued step whose PRM input outgrew the PRM context.
+
+        The scorer's input (its own template, the problem and the path so far) can be longer than
+        the generator's context allows the path to grow, e.g. with a PRM of shorter context; the
+        PRM engine would refuse it and stop the whole run. Such a problem becomes an error record
+        instead and the run goes on. Returns True when a problem was given up.
+        """
+        limit = self.verifier.engine.max_model_len
+        failed = False
+        for task in [t for t in self.verifier.queue if len(t.request.token_ids) > limit]:
+            search = task.owner.search
+            entry = next((e for e in self.active if e[1] is search), None)
+            if entry is None:
+                continue  # its problem was given up for an earlier task of this queue
+            self.active.remove(entry)
+            search.abort()
+            failed = True
+            self._fail(entry[0], "problem", f"a candidate path needs {len(task.request.token_ids)} tokens of PRM "
+                                            f"input, more than the PRM context ({limit} tokens); lower --max-tokens "
+                                            f"or --max-model-len, or use a PRM with a longer context")
+        return failed
 
     def run(self, problems: Iterable[Problem | ProblemError], arrivals: Sequence[float] | None = None) -> RunStats:
         """Search every problem; returns the run's counters.
@@ -147,11 +176,14 @@ class SearchDriver:
                 self.stats.engine_steps += 1
                 self.stats.generation_seconds += out.seconds
                 self.stats.generated_tokens += out.num_sampled
+                self.stats.cd_saved_tokens += out.num_deduplicated
                 for parent, child in out.forked:
                     child.tags[0].search.on_forked(child)
                 for seq in out.stopped:
                     for node in list(seq.tags):
                         node.search.on_stopped(node, seq)
+            if self._fail_unscorable():
+                progressed = True
             trigger = self._flush_trigger()
             if trigger is not None:
                 progressed = True

@@ -1,0 +1,243 @@
+"""Resuming a run: what ``OUT/answers.jsonl`` already holds, and the settings it was made with.
+
+``solve --resume`` reruns the same input into the same ``OUT`` and searches only the problems
+without a record there. Two files make that safe:
+
+- ``OUT/answers.jsonl`` is scanned once at start (:func:`scan_answers`). A last line without its
+  newline is what a killed run leaves behind mid-write: it is cut off, so the file again holds
+  whole records only and the problem is solved again. Every record found marks its input item done
+  (:meth:`DoneRecords.covers`), so a resumed run never writes a second record for one input line.
+- ``OUT/run.json`` holds the run's settings, written when a run starts (:func:`write_run_config`).
+  A resume compares them with its own (:func:`config_differences`): answers made with other
+  models, search settings, policy or input fields would silently mix two experiments in one file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import orjson
+
+from .problems import Problem, ProblemError
+
+RUN_FILENAME = "run.json"
+# the part of run.json that is informative only; everything else must match on --resume
+INFO_KEY = "info"
+
+
+class ResumeError(Exception):
+    """``OUT`` cannot be resumed (unreadable ``run.json``); the message names the file."""
+
+
+@dataclass
+class DoneRecords:
+    """What an earlier run wrote for which input items.
+
+    Attributes:
+        answered: ids of answer records.
+        error_lines: line -> ids of the error records written for that input line (None when the
+            line's id could not be read, e.g. invalid JSON).
+        answers/errors: how many answer and error records the file holds.
+        unreadable: 1-based line numbers of ``answers.jsonl`` lines that are not JSON objects
+            with an ``id`` (ignored; only a hand-edited file has them).
+        truncated_bytes: size of the torn last line cut off by :func:`scan_answers`.
+    """
+
+    answered: set[str] = field(default_factory=set)
+    error_lines: dict[int, set[str | None]] = field(default_factory=dict)
+    answers: int = 0
+    errors: int = 0
+    unreadable: list[int] = field(default_factory=list)
+    truncated_bytes: int = 0
+
+    def __len__(self) -> int:
+        return self.answers + self.errors
+
+    def covers(self, item: Problem | ProblemError) -> str | None:
+        """Whether ``item`` already has a record: ``"answer"``, ``"error"`` or None.
+
+        A problem is done when an answer record has its id. Any input item is done when an error
+        record sits at its line and the ids agree where both are known, so a line that failed
+        (bad JSON, a prompt too long for the model...) is not tried again, and a line whose id is
+        only known now (the JSON was fixed since) is not given a second record either.
+        """
+        if isinstance(item, Problem) and item.id in self.answered:
+            return "answer"
+        ids = self.error_lines.get(item.line)
+        if ids is not None and (None in ids or item.id is None or item.id in ids):
+            return "error"
+        return None
+
+
+def scan_answers(path: str | Path, truncate: bool = True) -> DoneRecords:
+    """Read an ``answers.jsonl`` written by :class:`core.io.writers.AnswerWriter`.
+
+    Args:
+        path: the file; a missing file gives empty :class:`DoneRecords`.
+        truncate: cut a torn last line (no trailing newline, not a whole JSON object) off the file,
+            and add the missing newline after a last record that is whole, so appending goes on
+            from a clean line end.
+
+    Returns:
+        The records found.
+
+    Raises:
+        OSError: the file cannot be read or truncated.
+    """
+    done = DoneRecords()
+    path = Path(path)
+    if not path.is_file():
+        return done
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    if tail.strip():
+        try:
+            whole = isinstance(orjson.loads(tail), dict)
+        except orjson.JSONDecodeError:
+            whole = False
+        if whole:
+            lines.append(tail)
+            if truncate:
+                with open(path, "ab") as fh:
+                    fh.write(b"\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        else:
+            done.truncated_bytes = len(tail)
+            if truncate:
+                with open(path, "r+b") as fh:
+                    fh.truncate(len(data) - len(tail))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            rec = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            done.unreadable.append(number)
+            continue
+        if not isinstance(rec, dict) or "id" not in rec:
+            done.unreadable.append(number)
+            continue
+        if "error" in rec:
+            line = rec.get("line")
+            if not isinstance(line, int):
+                done.unreadable.append(number)
+                continue
+            done.error_lines.setdefault(line, set()).add(rec["id"])
+            done.errors += 1
+        else:
+            done.answered.add(str(rec["id"]))
+            done.answers += 1
+    return done
+
+
+@dataclass
+class SkipCounts:
+    """How many input items :func:`skip_done` passed over, by the kind of record they had."""
+
+    answers: int = 0
+    errors: int = 0
+
+
+def skip_done(items: Iterable[Problem | ProblemError], done: DoneRecords,
+              counts: SkipCounts | None = None) -> Iterator[Problem | ProblemError]:
+    """Yield the items of ``items`` that have no record in ``done``, lazily, in order.
+
+    Args:
+        items: the input stream.
+        done: records of the earlier run.
+        counts: updated with the items skipped (optional).
+    """
+    counts = counts if counts is not None else SkipCounts()
+    for item in items:
+        kind = done.covers(item)
+        if kind == "answer":
+            counts.answers += 1
+        elif kind == "error":
+            counts.errors += 1
+        else:
+            yield item
+
+
+def read_run_config(out_dir: str | Path) -> dict | None:
+    """``OUT/run.json``, or None when there is none.
+
+    Raises:
+        ResumeError: the file exists but is not a JSON object.
+    """
+    path = Path(out_dir) / RUN_FILENAME
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ResumeError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    try:
+        config = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ResumeError(f"{path}: invalid JSON ({exc.msg})") from exc
+    if not isinstance(config, dict):
+        raise ResumeError(f"{path}: expected a JSON object")
+    return config
+
+
+def write_run_config(out_dir: str | Path, config: dict) -> Path:
+    """Write ``OUT/run.json`` atomically (temporary file, fsync, rename).
+
+    Raises:
+        TypeError: ``config`` is not JSON-serialisable (nothing is written then).
+        OSError: the file cannot be written.
+    """
+    out_dir = Path(out_dir)
+    target = out_dir / RUN_FILENAME
+    data = orjson.dumps(config, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".run.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return target
+
+
+def _flatten(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for key, sub in value.items():
+            out.update(_flatten(sub, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+    """The settings that differ between two run configs, as ``"search.beam_size: 4 -> 8"``.
+
+    Everything but the :data:`INFO_KEY` part is compared, field by field; a field present on one
+    side only counts as a difference (shown as ``missing``).
+
+    Returns:
+        One string per differing field, sorted by field name; empty when the configs match.
+    """
+    a = _flatten({k: v for k, v in old.items() if k != INFO_KEY})
+    b = _flatten({k: v for k, v in new.items() if k != INFO_KEY})
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, KeyError) != b.get(key, KeyError):
+            show = lambda d: orjson.dumps(d[key]).decode() if key in d else "missing"  # noqa: E731
+            diffs.append(f"{key}: {show(a)} -> {show(b)}")
+    return diffs

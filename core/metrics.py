@@ -1,0 +1,144 @@
+"""The numbers a `solve` run reports: one snapshot dict read from the run's counters.
+
+:func:`snapshot` only reads (driver :class:`~core.search.driver.RunStats`, the generator engine, the
+verifier and the per-problem result counts), so the live dashboard may call it as often as it likes
+without changing the run; :func:`final_summary` keeps the cumulative part for ``OUT/summary.json``.
+:class:`TokenRate` is the one piece with state: output tokens/s over a sliding time window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+# EP's two rules (SpecScale paper section 4.1): rank below k scored candidates, or k perfect scores
+EP_RULES = ("ep", "perfect-score")
+
+# snapshot fields that describe the moment, not the run: left out of the final summary
+LIVE_ONLY = ("eta_s", "tokens_per_s_now", "running_sequences", "waiting_sequences", "logical_candidates",
+             "kv_blocks_used", "prm_kv_blocks_used", "queue_tasks", "queue_tokens")
+
+
+class TokenRate:
+    """Output tokens/s over the last ``window_s`` seconds (default 8) from ``(time, total tokens)`` samples.
+
+    Keeps the newest sample that is at least ``window_s`` old as the window's left edge, so the rate
+    covers the whole window even when samples are sparse.
+    """
+
+    def __init__(self, window_s: float = 8.0):
+        if window_s <= 0:
+            raise ValueError(f"window must be > 0 seconds, got {window_s}")
+        self.window_s = window_s
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, t: float, total_tokens: int) -> float | None:
+        """Record the running total at time ``t`` (seconds, monotonic); returns the window's rate.
+
+        Returns None until two samples at different times exist.
+        """
+        self._samples.append((t, total_tokens))
+        while len(self._samples) > 2 and self._samples[1][0] <= t - self.window_s:
+            self._samples.popleft()
+        return self.rate()
+
+    def rate(self) -> float | None:
+        """Tokens/s between the oldest kept and the newest sample, or None without a time span."""
+        if len(self._samples) < 2:
+            return None
+        (t0, n0), (t1, n1) = self._samples[0], self._samples[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
+             tokens_per_s_now: float | None = None, now: float | None = None) -> dict:
+    """All dashboard figures of a run at this moment, as a flat JSON-ready dict.
+
+    Args:
+        stats: the driver's :class:`~core.search.driver.RunStats`.
+        engine: the generator :class:`~core.engine.engine.GenerationEngine`.
+        verifier: the :class:`~core.verify.verifier.Verifier` (its engine is the PRM's).
+        counts: per-problem results so far: ``done`` (answer records), ``errors`` (error records),
+            ``graded`` (answers with a gold answer) and ``correct``.
+        total: problems in the input, None when unknown (stdin).
+        tokens_per_s_now: the recent rate (see :class:`TokenRate`), None when not measured.
+        now: ``time.perf_counter()`` value to measure the wall time at (default: now).
+
+    Returns:
+        Keys (times in seconds, sizes in tokens or KV blocks; None where undefined): problems_total,
+        problems_answered, errors, graded, correct, accuracy, wall_s, eta_s, generated_tokens,
+        tokens_per_s, tokens_per_s_now, engine_steps, preemptions, running_sequences,
+        waiting_sequences, logical_candidates (candidates carried by running sequences: more than
+        the sequences under CD), kv_blocks_used/_total/_peak and prm_kv_blocks_used/_total/_peak,
+        queue_tasks, queue_tokens, prm_calls, flushes_by_trigger, prm_tasks, prm_prefills,
+        prm_input_tokens, prm_computed_tokens (after the prefix cache), prm_mean_batch_tasks,
+        prm_mean_batch_tokens (input tokens per PRM call), prm_mean_batch_computed_tokens,
+        prm_queued_s (summed over tasks), pruned_ep (candidates pruned by EP's two rules),
+        pruned_by_rule and cancelled_by_rule (see :class:`~core.search.beam_search.PruneCounts`),
+        cd_saved_tokens, generation_s, verification_s.
+    """
+    wall = (now if now is not None else time.perf_counter()) - stats.started
+    finished = counts["done"] + counts["errors"]
+    eta = None
+    if total is not None and finished:
+        eta = wall / finished * max(0, total - finished)
+    running = engine.scheduler.running
+    pool, prm_pool = engine.pool, verifier.engine.pool
+    vs = verifier.stats
+    pruned = dict(sorted(stats.prunes.pruned.items()))
+    return {
+        "problems_total": total,
+        "problems_answered": counts["done"],
+        "errors": counts["errors"],
+        "graded": counts["graded"],
+        "correct": counts["correct"],
+        "accuracy": _ratio(counts["correct"], counts["graded"]),
+        "wall_s": wall,
+        "eta_s": eta,
+        "generated_tokens": stats.generated_tokens,
+        "tokens_per_s": _ratio(stats.generated_tokens, wall),
+        "tokens_per_s_now": tokens_per_s_now,
+        "engine_steps": stats.engine_steps,
+        "preemptions": engine.scheduler.num_preemptions,
+        "running_sequences": len(running),
+        "waiting_sequences": len(engine.scheduler.waiting),
+        "logical_candidates": sum(len(s.tags) for s in running),
+        "kv_blocks_used": pool.num_used,
+        "kv_blocks_total": pool.num_blocks,
+        "kv_blocks_peak": pool.peak_used,
+        "prm_kv_blocks_used": prm_pool.num_used,
+        "prm_kv_blocks_total": prm_pool.num_blocks,
+        "prm_kv_blocks_peak": prm_pool.peak_used,
+        "queue_tasks": len(verifier.queue),
+        "queue_tokens": verifier.queued_tokens,
+        "prm_calls": vs.flushes,
+        "flushes_by_trigger": dict(sorted(vs.by_trigger.items())),
+        "prm_tasks": vs.tasks,
+        "prm_prefills": vs.prefills,
+        "prm_input_tokens": vs.input_tokens,
+        "prm_computed_tokens": vs.computed_tokens,
+        "prm_mean_batch_tasks": _ratio(vs.tasks, vs.flushes),
+        "prm_mean_batch_tokens": _ratio(vs.input_tokens, vs.flushes),
+        "prm_mean_batch_computed_tokens": _ratio(vs.computed_tokens, vs.flushes),
+        "prm_queued_s": vs.queued_seconds,
+        "pruned_ep": sum(pruned.get(rule, 0) for rule in EP_RULES),
+        "pruned_by_rule": pruned,
+        "cancelled_by_rule": dict(sorted(stats.prunes.cancelled.items())),
+        "cd_saved_tokens": stats.cd_saved_tokens,
+        "generation_s": stats.generation_seconds,
+        "verification_s": vs.seconds,
+    }
+
+
+def final_summary(snap: dict, config: dict, ndigits: int = 4) -> dict:
+    """``OUT/summary.json`` content: the cumulative fields of ``snap`` plus ``config``.
+
+    Floats are rounded to ``ndigits`` decimals; the moment-only fields (:data:`LIVE_ONLY`) are left out.
+    """
+    out = {k: (round(v, ndigits) if isinstance(v, float) else v) for k, v in snap.items() if k not in LIVE_ONLY}
+    out["config"] = config
+    return out

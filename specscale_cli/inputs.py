@@ -1,0 +1,129 @@
+"""Where `solve` reads its problems: a JSONL file or stdin (PROBLEMS), or a dataset (--dataset)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import click
+
+from core.io.problems import DEFAULT_PROBLEM_FIELDS, Problem, ProblemError
+
+
+def input_options(fn):
+    """Add the field-name and dataset options of `solve` (all optional)."""
+    opts = [
+        click.option("--dataset", default=None, metavar="NAME_OR_PATH",
+                     help="Read problems with the `datasets` library instead of PROBLEMS: a local .jsonl, .json "
+                          "or .parquet file, or a hub name (org/name; needs network or the HF cache)."),
+        click.option("--dataset-config", default=None, metavar="NAME",
+                     help="--dataset configuration, for hub datasets with several (GSM8K: main)."),
+        click.option("--split", default=None,
+                     help="--dataset split (default: the only split, else 'test')."),
+        click.option("--shuffle", is_flag=True,
+                     help="--dataset: visit rows in a random order drawn from --seed (with --limit: a random sample)."),
+        click.option("--problem-field", default=None, metavar="NAME",
+                     help="Field holding the problem statement (default: 'problem', else 'question')."),
+        click.option("--answer-field", default="answer", show_default=True, metavar="NAME",
+                     help="Field holding the reference answer (a GSM8K solution ending in '#### 42' gives 42)."),
+        click.option("--id-field", default="id", show_default=True, metavar="NAME",
+                     help="Field holding the problem id (missing ids are made up from the line or row number)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return functools.wraps(fn)(fn)
+
+
+@dataclass
+class ProblemInput:
+    """The chosen input of one run.
+
+    Attributes:
+        source: name used in error messages (``<stdin>``, the file, or ``name[split]``).
+        label: short name for the default output folder ``runs/<label>``.
+        total: how many items it yields (None for stdin, which is read once and not counted).
+        open: returns a fresh iterator over the items (``--limit`` applied); stdin can be opened once.
+        config: the input settings stored in ``OUT/run.json`` and compared on ``--resume``.
+    """
+
+    source: str
+    label: str
+    total: int | None
+    open: Callable[[], Iterator[Problem | ProblemError]]
+    config: dict
+
+
+def _limited(items: Iterable, limit: int | None) -> Iterator:
+    return iter(items) if limit is None else itertools.islice(items, limit)
+
+
+def _count_records(path: Path) -> int:
+    with open(path, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def open_input(problems: str | None, dataset: str | None, dataset_config: str | None, split: str | None,
+               shuffle: bool, seed: int, limit: int | None, problem_field: str | None, answer_field: str,
+               id_field: str) -> ProblemInput:
+    """Check the input options and open the input (a dataset is loaded here, before any model).
+
+    Raises:
+        click.UsageError: both or neither of PROBLEMS and --dataset; dataset options without
+            --dataset; a missing, unreadable or empty file; a dataset that cannot be loaded.
+    """
+    from core.io.dataset_source import DatasetError, open_dataset
+    from core.io.problems import read_problems
+
+    if (problems is None) == (dataset is None):
+        raise click.UsageError("give exactly one input: a PROBLEMS file ('-' for stdin) or --dataset NAME_OR_PATH")
+    fields = (problem_field,) if problem_field else DEFAULT_PROBLEM_FIELDS
+    for name, value in (("--problem-field", problem_field), ("--answer-field", answer_field),
+                        ("--id-field", id_field)):
+        if value is not None and not value.strip():
+            raise click.UsageError(f"{name} must not be empty")
+    config = {"problem_fields": list(fields), "answer_field": answer_field, "id_field": id_field}
+
+    if dataset is not None:
+        try:
+            rows = open_dataset(dataset, split=split, config=dataset_config, limit=limit, shuffle=shuffle, seed=seed,
+                                problem_fields=fields, answer_field=answer_field, id_field=id_field)
+        except DatasetError as exc:
+            raise click.UsageError(str(exc)) from exc
+        if len(rows) == 0:
+            raise click.UsageError(f"{rows.source}: no problems (the split has no rows)")
+        config.update(dataset=dataset, dataset_config=dataset_config, split=rows.split,
+                      shuffle=shuffle)
+        return ProblemInput(rows.source, Path(dataset).stem or "dataset", len(rows), lambda: iter(rows), config)
+
+    for flag, value in (("--split", split), ("--dataset-config", dataset_config), ("--shuffle", shuffle or None)):
+        if value is not None:
+            raise click.UsageError(f"{flag} works with --dataset; a PROBLEMS file is read in order, as it is")
+    if problems == "-":
+        opened = []
+
+        def open_stdin() -> Iterator[Problem | ProblemError]:
+            if opened:
+                raise RuntimeError("stdin can be read once")
+            opened.append(True)
+            return _limited(read_problems("-", fields, answer_field, id_field), limit)
+
+        return ProblemInput("<stdin>", "stdin", None, open_stdin, config)
+
+    path = Path(problems)
+    if path.is_dir():
+        raise click.BadParameter(f"{problems} is a directory, not a JSONL file", param_hint="PROBLEMS")
+    if not path.is_file():
+        raise click.BadParameter(f"no such file: {problems}", param_hint="PROBLEMS")
+    try:
+        total = _count_records(path)
+    except OSError as exc:
+        raise click.BadParameter(f"{problems}: cannot be read: {exc.strerror or exc}", param_hint="PROBLEMS") from exc
+    if total == 0:
+        raise click.UsageError(f"{problems}: no problems (the file is empty or holds only blank lines)")
+    if limit is not None:
+        total = min(total, limit)
+    return ProblemInput(problems, path.stem, total,
+                        lambda: _limited(read_problems(problems, fields, answer_field, id_field), limit), config)

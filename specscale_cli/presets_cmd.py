@@ -1,0 +1,110 @@
+"""`specscale presets`: list the shipped presets, or show every resolved setting of one."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import click
+import orjson
+
+_GIB = 1 << 30
+
+
+@click.command("presets")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def presets(name, as_json):
+    """List the available presets, or show all settings of preset NAME (a name or a .toml path).
+
+    A preset names a generator-PRM pair and search settings; use it with `solve --preset NAME`,
+    and override any field with the matching flag (e.g. `--preset qwen2.5-7b-math-prm -n 16`).
+    """
+    from core.presets import PresetError, available_presets, read_preset
+
+    if name is not None:
+        try:
+            preset = read_preset(name)
+        except PresetError as exc:
+            raise click.UsageError(str(exc)) from exc
+        _show_one(preset, as_json)
+        return
+    rows = []
+    for preset_name in available_presets():
+        try:
+            rows.append(_summary(read_preset(preset_name)))
+        except PresetError as exc:
+            # one broken file should not hide the others; say what is wrong with it instead
+            rows.append({"name": preset_name, "error": str(exc)})
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        _print_list(rows)
+
+
+def _summary(preset) -> dict:
+    models, search = preset.resolve()
+    return {"name": preset.name, "generator": models.generator, "prm": models.prm, "scorer": models.scorer,
+            "device": models.device, "dtype": models.dtype, "beam_size": search.beam_size,
+            "beam_width": search.beam_width, "description": preset.description, "path": str(preset.path)}
+
+
+def _print_list(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rich.markup import escape
+
+    console = Console()
+    table = Table(title="Presets (use: specscale solve --preset NAME; details: specscale presets NAME)")
+    for column in ("name", "generator", "PRM", "scorer", "device", "N/M"):
+        table.add_column(column, no_wrap=column in ("name", "device", "N/M"), overflow="fold")
+    table.add_column("description", ratio=1, overflow="fold")
+    for row in rows:
+        if "error" not in row:
+            table.add_row(row["name"], row["generator"], row["prm"], row["scorer"], row["device"],
+                          f"{row['beam_size']}/{row['beam_width']}", row["description"])
+    console.print(table)
+    for row in rows:
+        if "error" in row:
+            console.print(f"[red]invalid preset {row['name']}:[/red] {escape(row['error'])}", soft_wrap=True)
+
+
+def _show_one(preset, as_json: bool) -> None:
+    """All fields of ModelSettings and SearchConfig as this preset resolves them, marked when the file sets them."""
+    models, search = preset.resolve()
+    resolved = {"models": dataclasses.asdict(models), "search": dataclasses.asdict(search)}
+    set_in_file = {"models": set(preset.models), "search": set(preset.search)}
+    if as_json:
+        doc = {"name": preset.name, "path": str(preset.path), "description": preset.description, **resolved,
+               "set_in_preset": {table: sorted(keys) for table, keys in set_in_file.items()}}
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{preset.name}[/bold]  {preset.path}")
+    if preset.description:
+        console.print(preset.description)
+    table = Table(caption="from: preset = set in the file, default = the field's default; flags override both")
+    for column in ("table", "field", "value", "from"):
+        table.add_column(column, overflow="fold")
+    for table_name, values in resolved.items():
+        for field, value in values.items():
+            source = "preset" if field in set_in_file[table_name] else "[dim]default[/dim]"
+            table.add_row(table_name, field, _show_value(field, value), source)
+    console.print(table)
+
+
+def _show_value(field: str, value) -> str:
+    from rich.markup import escape
+
+    if field.endswith("_kv_bytes"):
+        return f"{value} ({value / _GIB:g} GiB)"
+    if isinstance(value, str):
+        # quoted, with line breaks and tabs spelled as typed in TOML, so "\n\n" and spaces show;
+        # escape keeps [..] in a prompt from reading as rich markup
+        value = '"' + value.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r") + '"'
+    return escape(str(value))

@@ -1,0 +1,204 @@
+"""Run figures (core.metrics), the `solve` dashboard and OUT/summary.json on a tiny random model.
+
+Two real runs of three problems: non-spec with sampling, and specscale (EP, CD, LV) with greedy
+sampling, where every candidate of a sequence draws the same token so CD shares whole steps.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from dataclasses import fields
+
+import orjson
+import pytest
+from rich.console import Console
+
+from core.grading.equivalence import answers_equivalent
+from core.io.problems import Problem
+from core.io.writers import safe_filename
+from core.metrics import TokenRate, final_summary, snapshot
+from core.search.config import SearchConfig
+from core.search.driver import SearchDriver
+from specscale_cli.dashboard import Dashboard, log_line, render_panel, summary_table
+from test_cli import GSM8K, records, solve, tiny_dir  # noqa: F401  (fixture)
+from test_search import make_runtime, tiny_chat  # noqa: F401  (fixture)
+
+PROBLEMS = [Problem("p1", "What is 2 + 3?", "5", 1), Problem("p2", "Compute 7 * 6.", "42", 2),
+            Problem("p3", "Is 9 prime?", "no", 3)]
+BASE = dict(beam_size=4, beam_width=2, temperature=1.0, max_steps=4, step_delimiter="e", max_step_tokens=64,
+            max_tokens=512, perfect_score=None)
+RUNS = {"non-spec": ("non-spec", {}), "specscale-greedy": ("specscale", dict(temperature=0.0))}
+
+
+def _run(loaded, policy, overrides):
+    rt = make_runtime(loaded)
+    counts = {"done": 0, "errors": 0, "correct": 0, "graded": 0}
+    results, trees, live = {}, {}, []
+    stream = io.StringIO()
+    dash = Dashboard(len(PROBLEMS), stream=stream, refresh_s=0, log_every_s=0)
+
+    def on_result(problem, result, search):
+        results[problem.id] = result
+        trees[problem.id] = search.tree
+        counts["done"] += 1
+        counts["graded"] += 1
+        counts["correct"] += int(answers_equivalent(result["pred"], problem.answer))
+        dash.advance(counts)
+
+    def on_iteration(stats):
+        dash.update(stats, rt)
+        live.append(snapshot(stats, rt.engine, rt.verifier, counts, len(PROBLEMS)))
+
+    driver = SearchDriver(rt.engine, loaded.tokenizer, loaded.eos_token_ids, rt.verifier, rt.scorer,
+                          SearchConfig(**{**BASE, **overrides}), policy=policy, max_concurrent=3,
+                          on_result=on_result, on_iteration=on_iteration)
+    stats = driver.run(PROBLEMS)
+    final = snapshot(stats, rt.engine, rt.verifier, counts, len(PROBLEMS))
+    return dict(rt=rt, counts=counts, results=results, trees=trees, live=live, final=final, log=stream.getvalue(),
+                dash=dash)
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def run(request, tiny_chat):
+    policy, overrides = RUNS[request.param]
+    return request.param, _run(tiny_chat, policy, overrides)
+
+
+def _rule_counts(trees, status):
+    return dict(Counter(n.pruned_by for t in trees.values() for n in t.nodes if n.status.value == status))
+
+
+def test_final_snapshot_agrees_with_results_and_trees(run):
+    name, r = run
+    s, rt, results = r["final"], r["rt"], r["results"]
+    assert s["problems_total"] == s["problems_answered"] == len(results) == len(PROBLEMS)
+    assert s["errors"] == 0 and s["graded"] == 3
+    correct = sum(answers_equivalent(results[p.id]["pred"], p.answer) for p in PROBLEMS)
+    assert s["correct"] == correct and s["accuracy"] == correct / 3
+    # answers count each physical step once; the run counts one token per logical candidate
+    assert s["generated_tokens"] - s["cd_saved_tokens"] == sum(x["num_generated_tokens"] for x in results.values())
+    assert sum(s["flushes_by_trigger"].values()) == s["prm_calls"] == rt.verifier.stats.flushes > 0
+    assert s["prm_tasks"] == sum(1 for t in r["trees"].values() for n in t.nodes if n.t_scored is not None)
+    assert s["prm_mean_batch_tasks"] == s["prm_tasks"] / s["prm_calls"]
+    assert s["pruned_by_rule"] == _rule_counts(r["trees"], "pruned")
+    assert s["cancelled_by_rule"] == _rule_counts(r["trees"], "cancelled")
+    assert s["pruned_ep"] == s["pruned_by_rule"].get("ep", 0) + s["pruned_by_rule"].get("perfect-score", 0)
+    assert s["running_sequences"] == s["logical_candidates"] == s["queue_tasks"] == s["queue_tokens"] == 0
+    assert s["kv_blocks_used"] == 0 < s["kv_blocks_peak"] <= s["kv_blocks_total"]
+    assert 0 < s["prm_kv_blocks_peak"] <= s["prm_kv_blocks_total"]
+    assert s["eta_s"] == 0.0
+    if name == "non-spec":
+        assert s["pruned_ep"] == 0 and s["cd_saved_tokens"] == 0 and set(s["flushes_by_trigger"]) == {"eager"}
+        assert s["pruned_by_rule"]["top-k"] > 0
+    else:
+        # greedy: every candidate on a sequence draws its token, all equal, and all but one are shared
+        assert s["cd_saved_tokens"] == s["generated_tokens"] - rt.engine.total_forward_rows > 0
+        assert s["pruned_ep"] > 0
+
+
+def test_live_snapshots_are_consistent(run):
+    name, r = run
+    live = r["live"]
+    assert len(live) > 10
+    assert [s["problems_answered"] for s in live] == sorted(s["problems_answered"] for s in live)
+    for s in live:
+        assert s["kv_blocks_used"] <= s["kv_blocks_peak"] <= s["kv_blocks_total"]
+        assert s["logical_candidates"] >= s["running_sequences"]
+        assert sum(s["flushes_by_trigger"].values()) == s["prm_calls"]
+    assert max(s["running_sequences"] for s in live) > 0
+    if name == "specscale-greedy":  # CD: fewer sequences than candidates while steps are shared
+        assert any(s["logical_candidates"] > s["running_sequences"] for s in live)
+
+
+def test_log_lines_when_not_a_terminal(run):
+    _, r = run
+    s = r["final"]
+    assert not r["dash"].live  # a StringIO is no terminal: plain lines, no live panel
+    lines = r["log"].splitlines()
+    assert len(lines) > 1 and "\x1b" not in r["log"]
+    last = lines[-1]
+    triggers = ", ".join(f"{k} {v}" for k, v in s["flushes_by_trigger"].items())
+    for part in ("problems 3/3 errors 0", f"PRM calls {s['prm_calls']} ({triggers})", f"EP pruned {s['pruned_ep']}",
+                 f"CD saved {s['cd_saved_tokens']} tok", f"acc {s['correct']}/3", f"KV 0/{s['kv_blocks_total']}",
+                 "queue 0 tasks 0 tok", "seqs 0 cands 0"):
+        assert part in last, (part, last)
+    assert lines[0].split("] ")[1].startswith("problems 0/3")
+
+
+def test_panel_and_summary_render(run):
+    _, r = run
+    s = dict(r["final"], tokens_per_s_now=12.34)
+    console = Console(file=io.StringIO(), width=120)
+    console.print(render_panel(s, title="specscale solve · test"))
+    text = console.file.getvalue()
+    for part in ("specscale solve · test", "3/3", "12.3 now", f"{s['generated_tokens']:,} tokens generated",
+                 f"generator 0/{s['kv_blocks_total']:,} (peak {s['kv_blocks_peak']:,})",
+                 f"{s['pruned_ep']} candidates pruned by EP", f"{s['cd_saved_tokens']:,} tokens saved by CD",
+                 f"{s['correct']}/3", "PRM queue", "errors"):
+        assert part in text, (part, text)
+    for trigger, n in s["flushes_by_trigger"].items():
+        assert f"{trigger} {n}" in text
+    console = Console(file=io.StringIO(), width=120)
+    console.print(summary_table(final_summary(s, {})))
+    text = console.file.getvalue()
+    assert "run summary" in text and f"{s['prm_calls']} (" in text and f"{s['pruned_ep']} by EP" in text
+
+
+def test_token_rate_window():
+    rate = TokenRate(window_s=8.0)
+    assert rate.add(0.0, 0) is None
+    assert rate.add(1.0, 10) == 10.0
+    assert rate.add(2.0, 30) == 15.0
+    # the samples at t=0 and t=1 leave the 8 s window; t=2 stays as its left edge
+    assert rate.add(10.0, 50) == 20 / 8
+    with pytest.raises(ValueError):
+        TokenRate(0)
+
+
+SUMMARY_KEYS = {
+    "problems_total", "problems_answered", "errors", "graded", "correct", "accuracy", "wall_s", "generated_tokens",
+    "tokens_per_s", "engine_steps", "preemptions", "kv_blocks_total", "kv_blocks_peak", "prm_kv_blocks_total",
+    "prm_kv_blocks_peak", "prm_calls", "flushes_by_trigger", "prm_tasks", "prm_prefills", "prm_input_tokens",
+    "prm_computed_tokens", "prm_mean_batch_tasks", "prm_mean_batch_tokens", "prm_mean_batch_computed_tokens",
+    "prm_queued_s", "pruned_ep", "pruned_by_rule", "cancelled_by_rule", "cd_saved_tokens", "generation_s",
+    "verification_s", "config",
+}
+
+
+def test_solve_writes_summary_json(tiny_dir, tmp_path):
+    out = tmp_path / "out"
+    res = solve([str(GSM8K), "--limit", "3", "-o", str(out), "--policy", "specscale", "--no-dashboard"], tiny_dir)
+    assert res.exit_code == 0, res.output
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert set(summary) == SUMMARY_KEYS
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # written atomically: no temp file left
+    recs = records(out)
+    assert summary["problems_total"] == summary["problems_answered"] == len(recs) == 3
+    assert summary["errors"] == 0 and summary["graded"] == 3
+    assert summary["correct"] == sum(r["correct"] for r in recs)
+    assert summary["accuracy"] == round(summary["correct"] / 3, 4)
+    assert summary["generated_tokens"] - summary["cd_saved_tokens"] == sum(r["num_generated_tokens"] for r in recs)
+    assert sum(summary["flushes_by_trigger"].values()) == summary["prm_calls"] > 0
+    nodes = [n for r in recs for n in orjson.loads((out / "traces" / safe_filename(r["id"])).read_bytes())["nodes"]]
+    assert summary["pruned_by_rule"] == dict(Counter(n["pruned_by"] for n in nodes if n["status"] == "pruned"))
+    assert summary["cancelled_by_rule"] == dict(Counter(n["pruned_by"] for n in nodes if n["status"] == "cancelled"))
+    assert summary["prm_tasks"] == sum(1 for n in nodes if n["t_scored"] is not None)
+    assert summary["tokens_per_s"] == pytest.approx(summary["generated_tokens"] / summary["wall_s"], rel=1e-3)
+    cfg = summary["config"]
+    assert cfg == orjson.loads((out / "run.json").read_bytes())
+    assert cfg["policy"] == "specscale" and cfg["models"]["generator"] == cfg["models"]["prm"] == str(tiny_dir)
+    assert set(cfg["search"]) == {f.name for f in fields(SearchConfig)}
+    given = dict(beam_size=4, beam_width=2, max_steps=2, step_delimiter="e", max_step_tokens=32)
+    assert {k: cfg["search"][k] for k in given} == given
+    assert cfg["search"]["lv_threshold"] == SearchConfig().lv_threshold
+    assert "run summary" in res.output and "summary.json" in res.output
+
+
+def test_no_progress_is_a_hidden_alias():
+    from click.testing import CliRunner
+
+    from specscale_cli.main import cli
+
+    help_text = CliRunner().invoke(cli, ["solve", "--help"]).output
+    assert "--no-dashboard" in help_text and "--no-progress" not in help_text

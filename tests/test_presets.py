@@ -1,0 +1,259 @@
+"""Presets: the paper's four generator-PRM pairs, flags overriding preset fields, `specscale presets`,
+and clear errors for bad preset files. Pure configuration: no model is loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import click
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from core.presets import PresetError, available_presets, load_preset, read_preset
+from core.search.config import DEFAULT_SYSTEM_PROMPT, SearchConfig
+from core.solver import SCORERS, ModelSettings
+from specscale_cli import options
+from specscale_cli.main import cli
+from specscale_cli.options import build_settings, decode_escapes, model_and_search_options
+
+GIB = 1 << 30
+PRESET_FILES = Path(__file__).resolve().parents[1] / "presets"
+
+# name -> (generator, PRM, scorer, generator KV GiB, PRM KV GiB)
+PAPER_PAIRS = {
+    "qwen2.5-3b-math-prm": ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-Math-PRM-7B", "qwen-math-prm", 20, 30),
+    "qwen2.5-7b-math-prm": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-Math-PRM-7B", "qwen-math-prm", 20, 20),
+    "llama3.2-3b-rlhflow": ("meta-llama/Llama-3.2-3B-Instruct", "RLHFlow/Llama3.1-8B-PRM-Deepseek-Data", "rlhflow",
+                            22, 26),
+    "llama3.1-8b-rlhflow": ("meta-llama/Llama-3.1-8B-Instruct", "RLHFlow/Llama3.1-8B-PRM-Deepseek-Data", "rlhflow",
+                            19, 19),
+}
+
+
+@pytest.fixture
+def any_device(monkeypatch):
+    """Let build_settings accept ``cuda`` presets on a CPU-only test machine (device checks are not under test)."""
+    monkeypatch.setattr(options, "check_device", lambda device: None)
+
+
+@click.command()
+@model_and_search_options
+def _settings_cmd(**opts):
+    """Prints what build_settings makes of the flags, as JSON."""
+    models, search, policy = build_settings(opts)
+    click.echo(orjson.dumps({"models": dataclasses.asdict(models), "search": dataclasses.asdict(search),
+                             "policy": policy}).decode())
+
+
+def settings_for(*args) -> tuple[dict, dict]:
+    res = CliRunner().invoke(_settings_cmd, list(args), catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc = orjson.loads(res.output)
+    return doc["models"], doc["search"]
+
+
+def test_shipped_presets_are_found():
+    assert set(available_presets()) == {"smollm2-cpu", *PAPER_PAIRS}
+    assert {p.name for p in PRESET_FILES.glob("*.toml")} == {f"{name}.toml" for name in available_presets()}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_PAIRS))
+def test_paper_preset_fields(name):
+    generator, prm, scorer, gen_gib, prm_gib = PAPER_PAIRS[name]
+    preset = read_preset(name)
+    models, search = preset.resolve()
+    assert (models.generator, models.prm, models.scorer) == (generator, prm, scorer)
+    assert models.scorer in SCORERS
+    assert (models.device, models.dtype) == ("cuda", "bfloat16")
+    assert (models.gen_kv_bytes, models.prm_kv_bytes) == (gen_gib * GIB, prm_gib * GIB)
+    assert models.max_model_len == 4096
+    assert (search.beam_size, search.beam_width, search.top_k) == (8, 4, 2)
+    assert (search.temperature, search.top_p, search.max_steps) == (0.8, 1.0, 40)
+    assert (search.step_delimiter, search.aggregation, search.lv_threshold) == ("\n\n", "last", 2048)
+    assert (search.max_step_tokens, search.max_tokens) == (512, 2048)
+    # a TOML literal string: the backslash of \boxed must survive (a basic string would make it \x08)
+    assert "$\\boxed{ANSWER}$" in search.system_prompt and "\x08" not in search.system_prompt
+    assert search.system_prompt != DEFAULT_SYSTEM_PROMPT
+    assert preset.description.startswith(generator.split("/")[1])
+    # the four pairs differ only in models and KV sizes: the search settings are one block
+    assert preset.search == read_preset("qwen2.5-7b-math-prm").search
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_PAIRS))
+def test_flags_override_paper_preset(name, any_device):
+    models, search = settings_for("--preset", name, "-n", "16", "--step-delimiter", "\\n",
+                                  "--system-prompt", "Be brief.\\nEnd with \\boxed{x}.", "--lv-threshold", "512",
+                                  "--kv-cache-gb", "1.5", "--device", "cuda:1")
+    generator, prm, scorer, _, prm_gib = PAPER_PAIRS[name]
+    assert (search["beam_size"], search["step_delimiter"], search["lv_threshold"]) == (16, "\n", 512)
+    assert search["system_prompt"] == "Be brief.\nEnd with \\boxed{x}."
+    assert (models["gen_kv_bytes"], models["device"]) == (int(1.5 * GIB), "cuda:1")
+    # fields without a flag keep the preset's values
+    assert (models["generator"], models["prm"], models["scorer"]) == (generator, prm, scorer)
+    assert (models["prm_kv_bytes"], search["beam_width"], search["max_steps"]) == (prm_gib * GIB, 4, 40)
+
+
+def test_every_field_has_a_flag_that_overrides_it(any_device):
+    args = ["--preset", "smollm2-cpu", "--generator", "gen-x", "--prm", "prm-y", "--scorer", "lm-judge",
+            "--dtype", "bfloat16", "--device", "cuda", "--block-size", "8", "--kv-cache-gb", "0.5",
+            "--prm-kv-cache-gb", "0.25", "--max-num-seqs", "7", "--max-num-batched-tokens", "99",
+            "--max-model-len", "1234", "--no-prefix-caching",
+            "-n", "6", "-m", "3", "--temperature", "0.5", "--top-p", "0.9", "--max-steps", "5",
+            "--step-delimiter", "\\t", "--max-step-tokens", "33", "--max-tokens", "300", "--aggregation", "min",
+            "--seed", "7", "--system-prompt", "", "--no-ep", "--no-cd", "--perfect-score", "2",
+            "--no-lv", "--lv-threshold", "100", "--lv-max-deferrals", "2"]
+    models, search = settings_for(*args)
+    assert models == {"generator": "gen-x", "prm": "prm-y", "scorer": "lm-judge", "dtype": "bfloat16",
+                      "device": "cuda", "block_size": 8, "gen_kv_bytes": GIB // 2, "prm_kv_bytes": GIB // 4,
+                      "max_num_seqs": 7, "max_num_batched_tokens": 99, "max_model_len": 1234,
+                      "enable_prefix_caching": False}
+    assert search == {"beam_size": 6, "beam_width": 3, "temperature": 0.5, "top_p": 0.9, "max_steps": 5,
+                      "step_delimiter": "\t", "max_step_tokens": 33, "max_tokens": 300, "aggregation": "min",
+                      "seed": 7, "system_prompt": "", "early_pruning": False, "dedup": False,
+                      "perfect_score": None, "lazy_verification": False, "lv_threshold": 100,
+                      "lv_max_deferrals": 2}
+    # every field moved away from what the preset resolves to, so no field is out of the flags' reach
+    base_models, base_search = read_preset("smollm2-cpu").resolve()
+    assert all(models[k] != v for k, v in dataclasses.asdict(base_models).items())
+    assert all(search[k] != v for k, v in dataclasses.asdict(base_search).items())
+
+
+def test_no_flags_means_the_preset(any_device):
+    models, search = settings_for("--preset", "llama3.1-8b-rlhflow")
+    want_models, want_search = read_preset("llama3.1-8b-rlhflow").resolve()
+    assert (models, search) == (dataclasses.asdict(want_models), dataclasses.asdict(want_search))
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("\\n\\n", "\n\n"),
+    ("a\\tb\\r", "a\tb\r"),
+    ("\\boxed{x} and \\frac{1}{2}", "\\boxed{x} and \\frac{1}{2}"),
+    ("\\\\times", "\\times"),          # \\ is one backslash, so \\times is not a tab
+    ("\\\\n", "\\n"),
+    ("é\\n→", "é\n→"),                 # unicode_escape would have mangled these
+])
+def test_decode_escapes(typed, meant):
+    assert decode_escapes(typed) == meant
+
+
+def test_bad_scorer_flag_is_a_usage_error():
+    res = CliRunner().invoke(_settings_cmd, ["--scorer", "nope"])
+    assert res.exit_code == 2
+    assert f"--scorer: unknown scorer 'nope'; choose one of {', '.join(SCORERS)}" in res.output
+
+
+def test_unknown_preset_lists_available():
+    with pytest.raises(PresetError) as err:
+        load_preset("no-such-preset")
+    assert str(err.value) == (f"unknown preset 'no-such-preset'; available: {', '.join(sorted(available_presets()))} "
+                              "(or a .toml path)")
+    res = CliRunner().invoke(cli, ["presets", "no-such-preset"])
+    assert res.exit_code == 2 and "llama3.1-8b-rlhflow, llama3.2-3b-rlhflow" in res.output
+
+
+GOOD = """description = "test"
+[models]
+generator = "g"
+scorer = "likelihood"
+gen_kv_gb = 1.5
+
+[search]
+beam_size = 8
+beam_width = 4
+"""
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ('scorer = "likelihood"', 'scorer = "prm-x"',
+     f":4: [models] scorer: unknown scorer 'prm-x'; choose one of {', '.join(SCORERS)}"),
+    ("beam_size = 8", 'beam_size = "eight"', ":8: [search] beam_size: expected int, got str 'eight'"),
+    ("beam_size = 8", "beam_size = true", ":8: [search] beam_size: expected int, got bool True"),
+    ("beam_size = 8", "beam_size = 6", ":8: [search] beam_size: beam size N=6 must be divisible by beam width M=4"),
+    ("beam_width = 4", "beam_width = 3", ":9: [search] beam_width: beam size N=8 must be divisible by beam width M=3"),
+    ("beam_width = 4", 'beam_width = 4\nstep_delimiter = ""',
+     ":10: [search] step_delimiter: step delimiter must not be empty"),
+    ("beam_width = 4", "beam_width = 4\nlv_threshold = 0", ":10: [search] lv_threshold: LV threshold must be >= 1"),
+    ("gen_kv_gb = 1.5", "gen_kv_gb = -1", ":5: [models] gen_kv_gb: must be a positive number of GiB, got -1"),
+    ("gen_kv_gb = 1.5", "gen_kv_gb = 1.5\ngen_kv_bytes = 1024",
+     ":5: [models] gen_kv_gb: set either gen_kv_gb or gen_kv_bytes, not both"),
+    ("gen_kv_gb = 1.5", 'gen_kv_gb = 1.5\nmax_num_seqs = "many"', ":6: [models] max_num_seqs: expected int, got str"),
+    ("gen_kv_gb = 1.5", 'gen_kv_gb = 1.5\ndevice = "tpu"',
+     ":6: [models] device: unknown device 'tpu'; use cpu or cuda[:index]"),
+    ("gen_kv_gb = 1.5", 'gen_kv_gb = 1.5\ndtype = "int3"', ":6: [models] dtype: unknown dtype 'int3'"),
+    ('generator = "g"', 'generator = "g"\nbeam_size = 8',
+     ":4: [models] beam_size: unknown field; known fields: block_size, device, dtype, enable_prefix_caching, "
+     "gen_kv_bytes, gen_kv_gb, generator, max_model_len, "),
+    ("[search]", "[serach]", ": unknown table or key(s): serach (expected description, [models], [search])"),
+    ("beam_size = 8", "beam_size = ", ": invalid TOML: "),
+])
+def test_bad_preset_names_file_line_and_field(tmp_path, old, new, message):
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD.replace(old, new, 1), encoding="utf-8")
+    with pytest.raises(PresetError) as err:
+        read_preset(str(path))
+    assert str(err.value).startswith(f"{path}{message}"), str(err.value)
+
+
+def test_good_preset_file_by_path(tmp_path, any_device):
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD, encoding="utf-8")
+    preset = read_preset(str(path))
+    assert (preset.name, preset.description) == ("mine", "test")
+    assert preset.models == {"generator": "g", "scorer": "likelihood", "gen_kv_bytes": int(1.5 * GIB)}
+    assert preset.search == {"beam_size": 8, "beam_width": 4}
+    models, search = settings_for("--preset", str(path))
+    assert (models["generator"], models["prm"], search["beam_size"]) == ("g", ModelSettings().prm, 8)
+    assert search["system_prompt"] == SearchConfig().system_prompt == DEFAULT_SYSTEM_PROMPT
+
+
+def test_bad_preset_is_a_usage_error_in_solve(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(GOOD.replace("beam_width = 4", "beam_width = 3"), encoding="utf-8")
+    res = CliRunner().invoke(cli, ["solve", "-", "--preset", str(path)], input="")
+    assert res.exit_code == 2
+    assert f"{path}:9: [search] beam_width: beam size N=8 must be divisible by beam width M=3" in res.output
+
+
+def test_presets_command_lists_all_as_json():
+    res = CliRunner().invoke(cli, ["presets", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {row["name"]: row for row in orjson.loads(res.output)}
+    assert set(rows) == set(available_presets())
+    for name, (generator, prm, scorer, _, _) in PAPER_PAIRS.items():
+        row = rows[name]
+        assert "error" not in row, row
+        assert (row["generator"], row["prm"], row["scorer"], row["device"]) == (generator, prm, scorer, "cuda")
+        assert (row["beam_size"], row["beam_width"]) == (8, 4)
+        assert row["path"] == str(available_presets()[name])
+    assert (rows["smollm2-cpu"]["beam_size"], rows["smollm2-cpu"]["beam_width"]) == (4, 2)
+
+
+def test_presets_command_table_names_every_preset():
+    res = CliRunner().invoke(cli, ["presets"], env={"COLUMNS": "240"})
+    assert res.exit_code == 0, res.output
+    for name, (generator, prm, scorer, _, _) in PAPER_PAIRS.items():
+        line = next(ln for ln in res.output.splitlines() if ln.startswith(f"│ {name} "))
+        assert re.search(rf"{re.escape(generator)} .*{re.escape(prm)} .*{scorer} .*cuda .*8/4", line), line
+    assert "invalid preset" not in res.output
+
+
+def test_presets_command_shows_one_resolved():
+    res = CliRunner().invoke(cli, ["presets", "qwen2.5-7b-math-prm", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = orjson.loads(res.output)
+    models, search = read_preset("qwen2.5-7b-math-prm").resolve()
+    assert doc["path"] == str(available_presets()["qwen2.5-7b-math-prm"])
+    assert doc["models"] == dataclasses.asdict(models) and doc["search"] == dataclasses.asdict(search)
+    assert "block_size" not in doc["set_in_preset"]["models"] and "seed" in doc["set_in_preset"]["search"]
+
+    res = CliRunner().invoke(cli, ["presets", "qwen2.5-7b-math-prm"], env={"COLUMNS": "240"})
+    assert res.exit_code == 0, res.output
+    assert str(available_presets()["qwen2.5-7b-math-prm"]) in res.output
+    fields = [f.name for f in dataclasses.fields(ModelSettings)] + [f.name for f in dataclasses.fields(SearchConfig)]
+    assert all(re.search(rf"│ {f} +│", res.output) for f in fields)
+    assert re.search(r"│ step_delimiter +│ \"\\n\\n\" +│ preset", res.output)
+    assert re.search(r"│ gen_kv_bytes +│ 21474836480 \(20 GiB\) +│ preset", res.output)
+    assert re.search(r"│ block_size +│ 16 +│ default", res.output)
