@@ -46,3 +46,31 @@ def test_sibling_group_and_idle_and_precedence():
 def test_invalid_settings(kw):
     with pytest.raises(ValueError):
         LazyFlushRule(**kw)
+
+
+class _LastLogitScorer:
+    """Scores a request by its first read logit (enough to drive a flush)."""
+
+    def score(self, req, logits):
+        return float(logits[0][0])
+
+
+def test_queued_tokens_count_only_what_the_prefix_cache_lacks(tiny_llama):
+    from conftest import BLOCK_SIZE, make_engine
+    from core.verify.lazy import queued_tokens
+    from core.verify.verifier import Verifier
+
+    verifier = Verifier(make_engine(tiny_llama), _LastLogitScorer())
+    parent = list(range(10, 10 + 3 * BLOCK_SIZE + 2))  # 3 full blocks and 2 tokens
+    child = parent + [7, 8, 9, 11, 12]
+    first = verifier.submit("parent", ScoreRequest(parent, [len(parent) - 1]))
+    assert first.new_tokens == len(parent)  # nothing cached yet
+    verifier.flush()
+    second = verifier.submit("child", ScoreRequest(child, [len(child) - 1]))
+    # the parent's 3 full blocks are cached; its partial block and the new tokens are not
+    assert second.new_tokens == len(child) - 3 * BLOCK_SIZE
+    other = verifier.submit("other", ScoreRequest([5] * len(child), [len(child) - 1]))
+    assert other.new_tokens == len(child)
+    assert queued_tokens(verifier.queue) == second.new_tokens + other.new_tokens
+    assert LazyFlushRule(threshold=second.new_tokens + other.new_tokens).decide(verifier.queue, False) == "threshold"
+    assert LazyFlushRule(threshold=second.new_tokens + other.new_tokens + 1).decide(verifier.queue, False) is None

@@ -128,6 +128,17 @@ class BlockPool:
         self.block_hash[block] = h
         self._hash_to_block[h] = block
 
+    def count_cached(self, hashes: Sequence[int]) -> int:
+        """How many of ``hashes``, from the start, name cached blocks (no references taken)."""
+        if not self.enable_prefix_caching:
+            return 0
+        n = 0
+        for h in hashes:
+            if h not in self._hash_to_block:
+                break
+            n += 1
+        return n
+
     def lookup(self, hashes: Sequence[int]) -> list[int]:
         """Longest run of cached blocks matching ``hashes`` from the start; takes a reference on each."""
         if not self.enable_prefix_caching:

@@ -55,6 +55,15 @@ class KVManager:
         seq.num_cached_prompt = seq.num_computed
         return seq.num_computed
 
+    def cached_prefix_tokens(self, token_ids: list[int]) -> int:
+        """Tokens at the start of ``token_ids`` the prefix cache holds now (whole blocks; no side effects)."""
+        bs = self.block_size
+        hashes, h = [], None
+        for i in range(len(token_ids) // bs):
+            h = chain_block_hash(h, token_ids[i * bs:(i + 1) * bs])
+            hashes.append(h)
+        return self.pool.count_cached(hashes) * bs
+
     def grow(self, seq: Sequence, num_new_tokens: int) -> None:
         """Allocate the blocks ``seq`` needs for ``num_new_tokens`` more tokens.
 

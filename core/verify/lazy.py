@@ -3,8 +3,10 @@
 Verification tasks from all running problems wait in one queue so that the PRM sees large
 batches. Every engine iteration the driver asks :meth:`LazyFlushRule.decide` whether to flush:
 
-1. ``threshold``: the queued input tokens reach the threshold (default 2048, tuned per PRM by
-   `specscale profile-threshold`), so the batch is big enough to run near peak throughput;
+1. ``threshold``: the queued tokens to compute reach the threshold (default 2048, tuned per PRM
+   by `specscale profile-threshold`), so the batch is big enough to run near peak throughput.
+   Tokens the PRM's prefix cache already holds at submission (the path up to the parent's step)
+   are not counted: a flush does not compute them, and counting them would flush small batches;
 2. ``sibling-group``: some queued task completes its sibling group (every live child of one
    parent has finished its step): the search cannot select among them until they are scored;
 3. ``deferral``: some queued task has been passed over more than ``max_deferrals`` times, which
@@ -22,8 +24,9 @@ FLUSH_TRIGGERS = ("threshold", "sibling-group", "deferral", "idle", "eager")
 
 
 def queued_tokens(queue: list) -> int:
-    """Input tokens of the queued verification tasks (what one flush would prefill, before dedup)."""
-    return sum(len(t.request.token_ids) for t in queue)
+    """Tokens one flush of ``queue`` would compute (before dedup): each task's ``new_tokens``, or
+    its whole input when that is unknown."""
+    return sum(len(t.request.token_ids) if t.new_tokens is None else t.new_tokens for t in queue)
 
 
 @dataclass

@@ -30,6 +30,7 @@ class VerificationTask:
     score: float | None = None
     group_complete: bool = False  # the last of its sibling group to finish its step (an LV trigger)
     deferrals: int = 0  # flush decisions that passed it over (LV)
+    new_tokens: int | None = None  # input tokens not in the prefix cache at submission (None: all)
 
 
 @dataclass
@@ -62,7 +63,10 @@ class Verifier:
 
     def submit(self, owner: Any, request: ScoreRequest, group_complete: bool = False) -> VerificationTask:
         """Queue one task; nothing runs until :meth:`flush`."""
-        task = VerificationTask(owner, request, group_complete=group_complete)
+        # with prefix caching a flush computes only what the cache lacks: LV's batch size counts that
+        cached = self.engine.kv.cached_prefix_tokens(request.token_ids)
+        task = VerificationTask(owner, request, group_complete=group_complete,
+                                new_tokens=len(request.token_ids) - cached)
         self.queue.append(task)
         return task
 
