@@ -97,13 +97,13 @@ def build_verifier(settings: ModelSettings, prm: LoadedModel, generator_tokenize
     return Verifier(build_engine(prm, settings, settings.prm_kv_bytes), scorer)
 
 
-def build_runtime(settings: ModelSettings, generator: LoadedModel | None = None,
-                  prm: LoadedModel | None = None) -> Runtime:
-    """Load models (unless given) and build the generator engine, scorer engine and verifier.
+def load_models(settings: ModelSettings, generator: LoadedModel | None = None,
+                prm: LoadedModel | None = None) -> tuple[LoadedModel, LoadedModel]:
+    """The generator and PRM models (loaded unless given; an equal spec is loaded once).
 
     Raises:
         ModelLoadError: a model spec cannot be loaded.
-        ValueError: unknown scorer, or an engine that cannot be sized as asked.
+        ValueError: unknown scorer, or a PRM (classifier head) given as generator.
     """
     if settings.scorer not in SCORERS:
         raise ValueError(f"unknown scorer '{settings.scorer}'; choose one of {', '.join(SCORERS)}")
@@ -112,6 +112,18 @@ def build_runtime(settings: ModelSettings, generator: LoadedModel | None = None,
         raise ValueError(f"generator '{generator.name}' is a PRM with a {generator.head!r} head, not a causal LM")
     if prm is None:
         prm = generator if settings.prm == settings.generator else load_model(settings.prm, settings.dtype, settings.device)
+    return generator, prm
+
+
+def build_runtime(settings: ModelSettings, generator: LoadedModel | None = None,
+                  prm: LoadedModel | None = None) -> Runtime:
+    """Load models (unless given) and build the generator engine, scorer engine and verifier.
+
+    Raises:
+        ModelLoadError: a model spec cannot be loaded.
+        ValueError: unknown scorer, or an engine that cannot be sized as asked.
+    """
+    generator, prm = load_models(settings, generator, prm)
 
     engine = build_engine(generator, settings, settings.gen_kv_bytes)
     verifier = build_verifier(settings, prm, generator.tokenizer)

@@ -221,7 +221,7 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
     from core.bench.search_bench import parse_policies, run_benchmark
     from core.io.problems import Problem, read_problems
     from core.models.loader import ModelLoadError
-    from core.solver import build_runtime
+    from core.solver import load_models
 
     from .bench_report import results_table, write_csv, write_plots
     from .options import build_settings
@@ -241,7 +241,7 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
     if not problems:
         raise click.UsageError(f"{dataset}: no valid problems")
     try:
-        runtime = build_runtime(settings)
+        models = load_models(settings)
     except (ModelLoadError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
     console = Console(stderr=True)
@@ -252,7 +252,7 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
                     f"{res['goodput']:.1f} goodput tok/s, {res['prm_calls']} PRM calls, "
                     f"norm latency {1000 * res['normalized_latency_s_per_token']:.1f} ms/tok")
 
-    result = run_benchmark(runtime, problems, search_cfg, names, max_concurrent, rates, arrival_seed, on_run)
+    result = run_benchmark(models, settings, problems, search_cfg, names, max_concurrent, rates, arrival_seed, on_run)
     result = {"dataset": dataset, "problems": len(problems), "beam_size": search_cfg.beam_size,
               "beam_width": search_cfg.beam_width, "max_concurrent": max_concurrent, "request_rates": rates,
               "generator": settings.generator, "prm": settings.prm, "scorer": settings.scorer,

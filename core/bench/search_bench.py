@@ -105,12 +105,13 @@ def step_wait_seconds(nodes) -> list[float]:
     return out
 
 
-def run_policy(runtime, problems: Sequence, search_cfg, policy: str, max_concurrent: int,
+def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: str, max_concurrent: int,
                arrivals: Sequence[float] | None = None) -> dict[str, Any]:
-    """Run one policy over ``problems`` on fresh engines that share ``runtime``'s loaded models.
+    """Run one policy over ``problems`` on fresh engines (empty KV pools and prefix caches).
 
     Args:
-        runtime: a :class:`core.solver.Runtime` (only its models and settings are used).
+        models: ``(generator, prm)`` :class:`core.models.loader.LoadedModel` pair, loaded once per benchmark.
+        settings: :class:`core.solver.ModelSettings` sizing the engines.
         problems: :class:`core.io.problems.Problem` list.
         arrivals: per-problem arrival times in seconds (a latency run), or None (all at once).
 
@@ -121,7 +122,7 @@ def run_policy(runtime, problems: Sequence, search_cfg, policy: str, max_concurr
     from core.search.driver import SearchDriver
     from core.solver import build_runtime
 
-    rt = build_runtime(runtime.settings, generator=runtime.generator, prm=runtime.prm)
+    rt = build_runtime(settings, generator=models[0], prm=models[1])
     arrival_of = {p.id: a for p, a in zip(problems, arrivals)} if arrivals is not None else {}
     per_problem: list[dict] = []
     nodes = {"pruned": 0, "cancelled": 0, "speculative": 0}
@@ -182,7 +183,7 @@ def run_policy(runtime, problems: Sequence, search_cfg, policy: str, max_concurr
     }
 
 
-def run_benchmark(runtime, problems: Sequence, search_cfg, policies: Sequence[str], max_concurrent: int,
+def run_benchmark(models: tuple, settings, problems: Sequence, search_cfg, policies: Sequence[str], max_concurrent: int,
                   request_rates: Sequence[float] = (), seed: int = 0, on_run=None) -> dict[str, Any]:
     """Every policy on the same problems: a throughput run, then one latency run per request rate.
 
@@ -197,13 +198,13 @@ def run_benchmark(runtime, problems: Sequence, search_cfg, policies: Sequence[st
     for name in policies:
         policy, overrides = POLICY_SPECS[name]
         cfg = dataclasses.replace(search_cfg, **overrides)
-        res = run_policy(runtime, problems, cfg, policy, max_concurrent)
+        res = run_policy(models, settings, problems, cfg, policy, max_concurrent)
         if on_run:
             on_run(name, None, res)
         res["latency"] = {}
         for rate in request_rates:
             arrivals = poisson_arrivals(len(problems), rate, seed)
-            lat = run_policy(runtime, problems, cfg, policy, max_concurrent, arrivals=arrivals)
+            lat = run_policy(models, settings, problems, cfg, policy, max_concurrent, arrivals=arrivals)
             res["latency"][str(rate)] = {k: lat[k] for k in ("wall_s", "mean_latency_s",
                                                              "normalized_latency_s_per_token", "throughput",
                                                              "goodput", "answer_tokens")}
