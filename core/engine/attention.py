@@ -9,9 +9,8 @@ argument ``specscale_meta``, which `transformers` forwards unchanged to every at
 Per layer and step:
 
 1. the new keys/values (RoPE already applied) are written into the KV pages at ``slot_mapping``;
-2. all single-token (decode) rows attend together: K/V are gathered block-wise from the pages into
-   reused buffers, then two batched matmuls (scores, then values) with a -inf bias on padding. For
-   one query row this beats SDPA's kernels, which are built for long query blocks;
+2. all single-token (decode) rows attend in one padded, batched SDPA call over K/V gathered
+   block-wise from the pages;
 3. each multi-token (prefill chunk) row range attends with a causal mask offset by the tokens
    already in the cache (plain causal SDPA over the chunk itself when nothing is cached).
 """
@@ -54,7 +53,7 @@ class AttentionMetadata:
     slot_mapping: LongTensor ``[T]``, flat KV slot (block * block_size + offset) of every packed token.
     decode_rows: LongTensor ``[Bd]``, packed row of each single-token query.
     decode_blocks: LongTensor ``[Bd * max_blocks]``, padded block tables of those rows (pad = 0).
-    decode_bias: ``[Bd, max_blocks * block_size]`` in the KV dtype: 0 for valid context slots, -inf for padding.
+    decode_mask: BoolTensor ``[Bd, 1, 1, max_blocks * block_size]``, True for valid context slots.
     prefill: the multi-token spans.
     """
 
@@ -63,10 +62,10 @@ class AttentionMetadata:
     num_tokens: int
     decode_rows: torch.Tensor | None = None
     decode_blocks: torch.Tensor | None = None
-    decode_bias: torch.Tensor | None = None
+    decode_mask: torch.Tensor | None = None
     decode_max_blocks: int = 0
     prefill: list[PrefillSpan] = field(default_factory=list)
-    # reused gather buffers ``[kv_heads, Bd * max_blocks, block_size, head_dim]``: fresh large
+    # reused gather buffers ``[Bd * max_blocks, block_size, kv_heads, head_dim]``: fresh large
     # allocations every layer would page-fault and cost as much as the gather itself
     k_gather: torch.Tensor | None = None
     v_gather: torch.Tensor | None = None
@@ -97,36 +96,29 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     heads = query.shape[1]
     bs = meta.kv.block_size
 
-    # pages are [kv_heads, blocks, block_size, D]; key[0] is already [kv_heads, T, D]
-    k_pages.view(kv_heads, -1, head_dim).index_copy_(1, meta.slot_mapping, key[0])
-    v_pages.view(kv_heads, -1, head_dim).index_copy_(1, meta.slot_mapping, value[0])
+    k_new = key[0].transpose(0, 1)  # [T, kv_heads, D]
+    v_new = value[0].transpose(0, 1)
+    k_pages.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k_new)
+    v_pages.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v_new)
 
     q = query[0]  # [H, T, D]
     out = query.new_empty(T, heads, head_dim)
     gqa = heads != kv_heads
-    scale = scaling if scaling is not None else head_dim ** -0.5
 
     if meta.decode_rows is not None:
         bd = meta.decode_rows.numel()
         length = meta.decode_max_blocks * bs
-        group = heads // kv_heads
+        qd = q.index_select(1, meta.decode_rows).transpose(0, 1).unsqueeze(2)  # [Bd, H, 1, D]
         if meta.k_gather is not None:
-            torch.index_select(k_pages, 1, meta.decode_blocks, out=meta.k_gather)
-            torch.index_select(v_pages, 1, meta.decode_blocks, out=meta.v_gather)
-            kd, vd = meta.k_gather, meta.v_gather
+            torch.index_select(k_pages, 0, meta.decode_blocks, out=meta.k_gather)
+            torch.index_select(v_pages, 0, meta.decode_blocks, out=meta.v_gather)
+            kd = meta.k_gather.view(bd, length, kv_heads, head_dim).transpose(1, 2)
+            vd = meta.v_gather.view(bd, length, kv_heads, head_dim).transpose(1, 2)
         else:
-            kd = k_pages.index_select(1, meta.decode_blocks)
-            vd = v_pages.index_select(1, meta.decode_blocks)
-        kd = kd.view(kv_heads * bd, length, head_dim)
-        vd = vd.view(kv_heads * bd, length, head_dim)
-        # query head h reads KV head h // group (transformers' repeat_kv order)
-        qd = q.index_select(1, meta.decode_rows).view(kv_heads, group, bd, head_dim).transpose(1, 2)
-        qd = qd.reshape(kv_heads * bd, group, head_dim)
-        scores = torch.bmm(qd, kd.transpose(1, 2)).mul_(scale)  # [kv_heads * Bd, group, L]
-        scores.view(kv_heads, bd, group, length).add_(meta.decode_bias[None, :, None, :])
-        probs = torch.softmax(scores.float(), dim=-1).to(vd.dtype)
-        od = torch.bmm(probs, vd).view(kv_heads, bd, group, head_dim)  # [kv_heads, Bd, group, D]
-        out.index_copy_(0, meta.decode_rows, od.permute(1, 0, 2, 3).reshape(bd, heads, head_dim))
+            kd = k_pages.index_select(0, meta.decode_blocks).view(bd, length, kv_heads, head_dim).transpose(1, 2)
+            vd = v_pages.index_select(0, meta.decode_blocks).view(bd, length, kv_heads, head_dim).transpose(1, 2)
+        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, scale=scaling, enable_gqa=gqa)
+        out.index_copy_(0, meta.decode_rows, od[:, :, 0])
 
     for span in meta.prefill:
         s, n = span.q_start, span.q_len
@@ -138,8 +130,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         else:
             ctx = span.ctx_before + n
             nb = span.blocks.numel()
-            ks = k_pages.index_select(1, span.blocks).view(1, kv_heads, nb * bs, head_dim)[:, :, :ctx]
-            vs = v_pages.index_select(1, span.blocks).view(1, kv_heads, nb * bs, head_dim)[:, :, :ctx]
+            ks = k_pages.index_select(0, span.blocks).view(1, nb * bs, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
+            vs = v_pages.index_select(0, span.blocks).view(1, nb * bs, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
             os_ = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=span.mask, scale=scaling, enable_gqa=gqa)
         out[s:s + n] = os_[0].transpose(0, 1)
 

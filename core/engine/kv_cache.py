@@ -1,11 +1,8 @@
 """Tensor storage of the paged KV cache.
 
 One tensor holds every layer's keys and values, shaped
-``[num_layers, 2, num_kv_heads, num_blocks, block_size, head_dim]``: a block id indexes the same
+``[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]``: a block id indexes the same
 page in every layer, so copying a block for copy-on-write is one indexing op over all layers.
-Heads come before blocks so that gathering a batch's blocks yields, per KV head, each sequence's
-context as one contiguous ``[tokens, head_dim]`` matrix: decode attention then runs as two batched
-matmuls with no transpose copies, and a prefill span's context is already in SDPA's layout.
 """
 
 from __future__ import annotations
@@ -56,12 +53,12 @@ class KVCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.data = torch.zeros(
-            layout.num_layers, 2, layout.num_kv_heads, num_blocks, block_size, layout.head_dim,
+            layout.num_layers, 2, num_blocks, block_size, layout.num_kv_heads, layout.head_dim,
             dtype=layout.dtype, device=device,
         )
 
     def layer(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V pages of one layer, each ``[kv_heads, num_blocks, block_size, head_dim]``."""
+        """K and V pages of one layer, each ``[num_blocks, block_size, kv_heads, head_dim]``."""
         return self.data[layer_idx, 0], self.data[layer_idx, 1]
 
     def copy_blocks(self, src: list[int], dst: list[int]) -> None:
@@ -71,7 +68,7 @@ class KVCache:
         device = self.data.device
         s = torch.tensor(src, dtype=torch.long, device=device)
         d = torch.tensor(dst, dtype=torch.long, device=device)
-        self.data[:, :, :, d] = self.data[:, :, :, s]
+        self.data[:, :, d] = self.data[:, :, s]
 
     @property
     def nbytes(self) -> int:

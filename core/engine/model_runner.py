@@ -40,7 +40,7 @@ class ModelRunner:
             size = int(n_blocks * 1.5) * page
             self._gather_k = torch.empty(size, dtype=self.kv.data.dtype, device=self.device)
             self._gather_v = torch.empty(size, dtype=self.kv.data.dtype, device=self.device)
-        shape = (layout.num_kv_heads, n_blocks, self.block_size, layout.head_dim)
+        shape = (n_blocks, self.block_size, layout.num_kv_heads, layout.head_dim)
         return self._gather_k[: n_blocks * page].view(shape), self._gather_v[: n_blocks * page].view(shape)
 
     def build_metadata(self, batch: list[tuple[Sequence, int]]):
@@ -82,9 +82,7 @@ class ModelRunner:
             meta.decode_max_blocks = width
             meta.k_gather, meta.v_gather = self._gather_buffers(len(flat))
             lens = torch.tensor(decode_lens, device=dev)
-            valid = torch.arange(width * bs, device=dev)[None, :] < lens[:, None]
-            meta.decode_bias = torch.zeros(valid.shape, dtype=self.kv.data.dtype, device=dev).masked_fill_(
-                ~valid, float("-inf"))
+            meta.decode_mask = (torch.arange(width * bs, device=dev)[None, :] < lens[:, None])[:, None, None, :]
         input_ids = torch.tensor(ids, device=dev)
         position_ids = torch.tensor(positions, device=dev)
         return input_ids, position_ids, meta
