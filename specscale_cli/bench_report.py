@@ -75,6 +75,15 @@ def write_csv(path: Path, results: dict, rates: list[str]) -> None:
                         *[res["latency"][r]["mean_latency_s"] for r in rates]])
 
 
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def write_plots(out_dir: Path, results: dict, rates: list[str]) -> list[Path]:
     """PNG plots: throughput bars, time breakdown (stacked), normalized latency vs request rate.
 
@@ -97,10 +106,7 @@ def write_plots(out_dir: Path, results: dict, rates: list[str]) -> list[Path]:
     ax.set_ylabel("tokens / s")
     ax.set_title("Throughput, all problems issued at once")
     ax.legend()
-    fig.tight_layout()
-    written.append(out_dir / "throughput.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(fig, out_dir / "throughput.png"))
 
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 4))
     bottom = [0.0] * len(names)
@@ -112,10 +118,7 @@ def write_plots(out_dir: Path, results: dict, rates: list[str]) -> list[Path]:
     ax.set_title("Time breakdown")
     ax.tick_params(axis="x", rotation=20)
     ax.legend()
-    fig.tight_layout()
-    written.append(out_dir / "time_breakdown.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(fig, out_dir / "time_breakdown.png"))
 
     if rates:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -127,8 +130,5 @@ def write_plots(out_dir: Path, results: dict, rates: list[str]) -> list[Path]:
         ax.set_ylabel("normalized latency (ms / answer token)")
         ax.set_title("Latency under Poisson arrivals")
         ax.legend()
-        fig.tight_layout()
-        written.append(out_dir / "latency.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
+        written.append(_save(fig, out_dir / "latency.png"))
     return written

@@ -76,6 +76,19 @@ def smollm2():
     return load_model("smollm2-135m-instruct")
 
 
+@pytest.fixture(scope="module")
+def tiny_loaded(smollm2):
+    """A tiny random Llama over SmolLM2's chat tokenizer, as a :class:`LoadedModel` (scorer tests)."""
+    from transformers import LlamaForCausalLM
+
+    from core.models.loader import LoadedModel
+
+    torch.manual_seed(0)
+    tok = smollm2.tokenizer
+    model = LlamaForCausalLM(tiny_chat_config(tok, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
+    return LoadedModel(model, tok, "tiny")
+
+
 def tiny_chat_config(tokenizer, **overrides):
     """Config of a tiny random Llama over a real chat tokenizer (search, verifier and CLI tests).
 

@@ -7,13 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
-from transformers import LlamaForCausalLM
 
-from conftest import tiny_chat_config
-
-from core.models.loader import LoadedModel
 from core.preset_edit import set_search_field
 from core.presets import PresetError, load_preset
 from core.solver import ModelSettings, build_verifier
@@ -92,12 +87,6 @@ def test_write_keeps_comments_and_sets_the_threshold(tmp_path):
 
 
 # ------------------------------------------------------------------ measuring on a tiny model
-@pytest.fixture(scope="module")
-def tiny_loaded(smollm2):
-    torch.manual_seed(0)
-    tok = smollm2.tokenizer
-    model = LlamaForCausalLM(tiny_chat_config(tok, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
-    return LoadedModel(model, tok, "tiny")
 
 
 def _verifier(loaded, caching: bool, scorer: str = "likelihood"):

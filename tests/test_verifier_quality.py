@@ -9,12 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from transformers import LlamaForCausalLM
 
-from conftest import hf_logits, tiny_chat_config
+from conftest import hf_logits
 
 from core.io.problems import Problem
-from core.models.loader import LoadedModel
 from core.solver import ModelSettings, build_verifier
 from core.verify.base import chat_prompt_ids, encode_text
 from core.verify.quality import (NUMBER, auroc, build_pairs, change_number, pairwise_accuracy, score_pairs,
@@ -122,12 +120,6 @@ def test_auroc_equals_counting_all_comparisons():
 
 
 # ------------------------------------------------------------------ scoring on a tiny model
-@pytest.fixture(scope="module")
-def tiny_loaded(smollm2):
-    torch.manual_seed(0)
-    tok = smollm2.tokenizer
-    model = LlamaForCausalLM(tiny_chat_config(tok, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
-    return LoadedModel(model, tok, "tiny")
 
 
 @pytest.mark.parametrize("scorer", ["likelihood", "lm-judge"])

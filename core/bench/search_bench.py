@@ -18,6 +18,7 @@ Token counts used below:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import random
 import statistics
 import time
@@ -150,6 +151,15 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
     stats = driver.run(problems, arrivals=arrivals)
     wall = time.perf_counter() - t0
     v = rt.verifier.stats
+    peak_kv, kv_total = rt.engine.pool.peak_used, rt.engine.pool.num_blocks
+    forward_rows, engine_steps = rt.engine.total_forward_rows, rt.engine.total_steps
+    preemptions = rt.engine.scheduler.num_preemptions
+    mean_candidates = sampler.mean
+    # engines, sequences and tree nodes reference each other; the cycle collector rarely runs on its
+    # own (tensors do not count towards its thresholds), so without this each run's KV pools
+    # (gigabytes) would stay allocated until the process runs out of memory
+    del driver, rt, sampler
+    gc.collect()
     answer_tokens = sum(p["answer_tokens"] for p in per_problem)
     graded = [p for p in per_problem if p["graded"]]
     generation = stats.generation_seconds
@@ -164,18 +174,18 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         "goodput": round(answer_tokens / wall, 3),
         "time_breakdown_s": {"generation": round(generation, 3), "verification": round(verification, 3),
                              "other": round(max(0.0, wall - generation - verification), 3)},
-        "mean_concurrent_candidates": round(sampler.mean, 2),
+        "mean_concurrent_candidates": round(mean_candidates, 2),
         "prm_calls": v.flushes,
         "prm_calls_by_trigger": dict(v.by_trigger),
         "prm_tasks": v.tasks,
         "mean_prm_batch_tokens": round(v.input_tokens / v.flushes, 1) if v.flushes else 0.0,
         "mean_prm_batch_computed_tokens": round(v.computed_tokens / v.flushes, 1) if v.flushes else 0.0,
         "mean_step_wait_s": round(statistics.fmean(waits), 4) if waits else 0.0,
-        "peak_kv_blocks": rt.engine.pool.peak_used,
-        "kv_blocks_total": rt.engine.pool.num_blocks,
-        "forward_rows": rt.engine.total_forward_rows,
-        "engine_steps": rt.engine.total_steps,
-        "preemptions": rt.engine.scheduler.num_preemptions,
+        "peak_kv_blocks": peak_kv,
+        "kv_blocks_total": kv_total,
+        "forward_rows": forward_rows,
+        "engine_steps": engine_steps,
+        "preemptions": preemptions,
         "accuracy": round(sum(p["correct"] for p in graded) / len(graded), 4) if graded else None,
         "mean_latency_s": round(statistics.fmean(p["latency_s"] for p in per_problem), 3) if per_problem else 0.0,
         "normalized_latency_s_per_token": round(statistics.fmean(normalized), 5) if normalized else 0.0,
