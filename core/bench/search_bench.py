@@ -126,12 +126,13 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
     rt = build_runtime(settings, generator=models[0], prm=models[1])
     arrival_of = {p.id: a for p, a in zip(problems, arrivals)} if arrivals is not None else {}
     per_problem: list[dict] = []
-    nodes = {"pruned": 0, "cancelled": 0, "speculative": 0}
+    speculative = 0
     waits: list[float] = []
     sampler = _Sampler(rt.engine)
     t0 = time.perf_counter()
 
     def on_result(problem, result, search):
+        nonlocal speculative
         now = time.perf_counter() - t0
         answer_tokens = sum(c["num_tokens"] for c in result["completions"])
         correct = problem.answer is not None and answers_equivalent(result["pred"], problem.answer)
@@ -139,10 +140,7 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         per_problem.append({"id": problem.id, "latency_s": latency, "answer_tokens": answer_tokens,
                             "generated_tokens": result["num_generated_tokens"], "correct": bool(correct),
                             "graded": problem.answer is not None})
-        for n in search.tree.nodes[1:]:
-            nodes["pruned"] += n.status.value == "pruned"
-            nodes["cancelled"] += n.status.value == "cancelled"
-            nodes["speculative"] += n.speculative
+        speculative += sum(n.speculative for n in search.tree.nodes[1:])
         waits.extend(step_wait_seconds(search.tree.nodes))
 
     driver = SearchDriver(rt.engine, rt.generator.tokenizer, rt.generator.eos_token_ids, rt.verifier, rt.scorer,
@@ -189,7 +187,10 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         "accuracy": round(sum(p["correct"] for p in graded) / len(graded), 4) if graded else None,
         "mean_latency_s": round(statistics.fmean(p["latency_s"] for p in per_problem), 3) if per_problem else 0.0,
         "normalized_latency_s_per_token": round(statistics.fmean(normalized), 5) if normalized else 0.0,
-        **nodes,
+        # the driver counts candidates as each rule ends them (RunStats.prunes)
+        "pruned": sum(stats.prunes.pruned.values()),
+        "cancelled": sum(stats.prunes.cancelled.values()),
+        "speculative": speculative,
     }
 
 
