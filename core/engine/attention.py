@@ -9,8 +9,10 @@ argument ``specscale_meta``, which `transformers` forwards unchanged to every at
 Per layer and step:
 
 1. the new keys/values (RoPE already applied) are written into the KV pages at ``slot_mapping``;
-2. all single-token (decode) rows attend in one padded, batched SDPA call over K/V gathered
-   block-wise from the pages;
+2. single-token (decode) rows attend group by group (:mod:`core.engine.decode_groups`): a group's
+   rows share most of their KV blocks, so the union of their blocks is gathered once and one SDPA
+   call covers the group, a mask keeping each row to its own blocks; the query heads of one KV
+   head are folded into the query-length axis, so GQA needs no K/V repetition;
 3. each multi-token (prefill chunk) row range attends with a causal mask offset by the tokens
    already in the cache (plain causal SDPA over the chunk itself when nothing is cached).
 """
@@ -23,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
+from .decode_groups import DecodePlan
 from .kv_cache import KVCache
 
 ATTN_IMPL = "specscale_paged"
@@ -51,22 +54,18 @@ class AttentionMetadata:
     """Everything the attention function needs for one packed forward.
 
     slot_mapping: LongTensor ``[T]``, flat KV slot (block * block_size + offset) of every packed token.
-    decode_rows: LongTensor ``[Bd]``, packed row of each single-token query.
-    decode_blocks: LongTensor ``[Bd * max_blocks]``, padded block tables of those rows (pad = 0).
-    decode_mask: BoolTensor ``[Bd, 1, 1, max_blocks * block_size]``, True for valid context slots.
+    decode: the single-token (decode) rows, grouped by shared KV blocks (None when there are none).
     prefill: the multi-token spans.
+    k_gather/v_gather: ``[decode.blocks.numel(), block_size, kv_heads, head_dim]`` views of
+        buffers reused across steps (fresh large allocations every layer would page-fault and cost
+        as much as the gather itself).
     """
 
     kv: KVCache
     slot_mapping: torch.Tensor
     num_tokens: int
-    decode_rows: torch.Tensor | None = None
-    decode_blocks: torch.Tensor | None = None
-    decode_mask: torch.Tensor | None = None
-    decode_max_blocks: int = 0
+    decode: DecodePlan | None = None
     prefill: list[PrefillSpan] = field(default_factory=list)
-    # reused gather buffers ``[Bd * max_blocks, block_size, kv_heads, head_dim]``: fresh large
-    # allocations every layer would page-fault and cost as much as the gather itself
     k_gather: torch.Tensor | None = None
     v_gather: torch.Tensor | None = None
 
@@ -105,20 +104,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     out = query.new_empty(T, heads, head_dim)
     gqa = heads != kv_heads
 
-    if meta.decode_rows is not None:
-        bd = meta.decode_rows.numel()
-        length = meta.decode_max_blocks * bs
-        qd = q.index_select(1, meta.decode_rows).transpose(0, 1).unsqueeze(2)  # [Bd, H, 1, D]
-        if meta.k_gather is not None:
-            torch.index_select(k_pages, 0, meta.decode_blocks, out=meta.k_gather)
-            torch.index_select(v_pages, 0, meta.decode_blocks, out=meta.v_gather)
-            kd = meta.k_gather.view(bd, length, kv_heads, head_dim).transpose(1, 2)
-            vd = meta.v_gather.view(bd, length, kv_heads, head_dim).transpose(1, 2)
-        else:
-            kd = k_pages.index_select(0, meta.decode_blocks).view(bd, length, kv_heads, head_dim).transpose(1, 2)
-            vd = v_pages.index_select(0, meta.decode_blocks).view(bd, length, kv_heads, head_dim).transpose(1, 2)
-        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, scale=scaling, enable_gqa=gqa)
-        out.index_copy_(0, meta.decode_rows, od[:, :, 0])
+    if meta.decode is not None:
+        out.index_copy_(0, meta.decode.rows, _grouped_decode(q, k_pages, v_pages, meta, scaling))
 
     for span in meta.prefill:
         s, n = span.q_start, span.q_len
@@ -136,6 +123,39 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         out[s:s + n] = os_[0].transpose(0, 1)
 
     return out.unsqueeze(0), None
+
+
+def _grouped_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, meta: AttentionMetadata,
+                    scaling: float | None) -> torch.Tensor:
+    """Decode attention for the grouped rows of ``meta.decode``.
+
+    Args:
+        q: ``[heads, T, head_dim]`` queries of the whole packed batch.
+        k_pages/v_pages: ``[num_blocks, block_size, kv_heads, head_dim]`` pages of this layer (the
+            step's new keys/values already written).
+
+    Returns:
+        ``[Bd, heads, head_dim]``, rows in ``meta.decode.rows`` order.
+    """
+    plan = meta.decode
+    heads, _, head_dim = q.shape
+    kv_heads = k_pages.shape[2]
+    per_kv = heads // kv_heads
+    bs = k_pages.shape[1]
+    torch.index_select(k_pages, 0, plan.blocks, out=meta.k_gather)
+    torch.index_select(v_pages, 0, plan.blocks, out=meta.v_gather)
+    qd = q.index_select(1, plan.rows).transpose(0, 1)  # [Bd, H, D]
+    outs = []
+    for g in plan.groups:
+        rows = qd[g.row_start:g.row_start + g.num_rows]
+        # [1, kv_heads, rows * per_kv, D]: query head h uses KV head h // per_kv
+        qg = rows.reshape(g.num_rows, kv_heads, per_kv, head_dim).transpose(0, 1).reshape(1, kv_heads, -1, head_dim)
+        width = g.num_blocks * bs
+        kg = meta.k_gather[g.block_start:g.block_start + g.num_blocks].view(1, width, kv_heads, head_dim).transpose(1, 2)
+        vg = meta.v_gather[g.block_start:g.block_start + g.num_blocks].view(1, width, kv_heads, head_dim).transpose(1, 2)
+        og = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, scale=scaling)
+        outs.append(og.view(kv_heads, g.num_rows, per_kv, head_dim).transpose(0, 1).reshape(g.num_rows, heads, head_dim))
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 def offset_causal_mask(ctx_before: int, q_len: int, device) -> torch.Tensor:

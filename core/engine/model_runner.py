@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .attention import META_KWARG, AttentionMetadata, PrefillSpan, offset_causal_mask, register_attention
+from .decode_groups import build_decode_groups
 from .kv_cache import KVCache
 from .sequence import Sequence
 
@@ -29,6 +30,7 @@ class ModelRunner:
         self.kv = kv
         self.device = kv.data.device
         self.block_size = kv.block_size
+        self.q_per_kv = model.config.num_attention_heads // kv.layout.num_kv_heads
         self._gather_k = torch.empty(0, dtype=kv.data.dtype, device=self.device)
         self._gather_v = torch.empty(0, dtype=kv.data.dtype, device=self.device)
 
@@ -75,14 +77,8 @@ class ModelRunner:
         dev = self.device
         meta = AttentionMetadata(kv=self.kv, slot_mapping=torch.cat(slots).to(dev), num_tokens=len(ids), prefill=spans)
         if decode_rows:
-            width = max(len(t) for t in decode_tables)
-            flat = [b for t in decode_tables for b in (t + [0] * (width - len(t)))]
-            meta.decode_rows = torch.tensor(decode_rows, device=dev)
-            meta.decode_blocks = torch.tensor(flat, device=dev)
-            meta.decode_max_blocks = width
-            meta.k_gather, meta.v_gather = self._gather_buffers(len(flat))
-            lens = torch.tensor(decode_lens, device=dev)
-            meta.decode_mask = (torch.arange(width * bs, device=dev)[None, :] < lens[:, None])[:, None, None, :]
+            meta.decode = build_decode_groups(decode_rows, decode_tables, decode_lens, bs, self.q_per_kv, dev)
+            meta.k_gather, meta.v_gather = self._gather_buffers(meta.decode.blocks.numel())
         input_ids = torch.tensor(ids, device=dev)
         position_ids = torch.tensor(positions, device=dev)
         return input_ids, position_ids, meta
