@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.engine.attention import AttentionMetadata, paged_attention
-from core.engine.decode_groups import build_decode_groups, group_decode_rows
+from core.engine.decode_groups import bucket_groups, build_decode_groups, group_decode_rows
 from core.engine.kv_cache import KVCache, KVLayout
 
 BS = 4
@@ -47,8 +47,9 @@ def reference_attention(q, k_pages, v_pages, table, length, scale):
     return torch.einsum("hl,lhd->hd", weights, values)
 
 
+@pytest.mark.parametrize("call_cost", [0, 1e9], ids=["call-per-group", "one-padded-call"])
 @pytest.mark.parametrize("heads,kv_heads", [(6, 2), (4, 4)])
-def test_grouped_decode_equals_per_row_attention(heads, kv_heads):
+def test_grouped_decode_equals_per_row_attention(heads, kv_heads, call_cost):
     torch.manual_seed(0)
     head_dim, num_blocks = 8, 40
     cache = KVCache(KVLayout(1, kv_heads, head_dim, torch.float32), num_blocks, BS)
@@ -67,8 +68,10 @@ def test_grouped_decode_equals_per_row_attention(heads, kv_heads):
     slots = torch.arange(T) + (num_blocks - 2) * BS  # placeholders for the non-decode rows
     for row, table, length in zip(packed_rows, tables, lengths):
         slots[row] = table[(length - 1) // BS] * BS + (length - 1) % BS
-    plan = build_decode_groups(packed_rows, tables, lengths, BS, heads // kv_heads, "cpu")
-    assert len(plan.groups) < len(tables)  # something was shared
+    groups = group_decode_rows(tables)
+    assert groups == [[0, 4, 1, 2], [3], [5]]  # the four rows over the prompt share; two stand alone
+    plan = build_decode_groups(packed_rows, tables, lengths, BS, heads // kv_heads, "cpu", call_cost=call_cost)
+    assert len(plan.buckets) == (len(groups) if call_cost == 0 else 1)
     n = plan.blocks.numel()
     meta = AttentionMetadata(kv=cache, slot_mapping=slots, num_tokens=T, decode=plan,
                              k_gather=torch.empty(n, BS, kv_heads, head_dim),
@@ -80,6 +83,15 @@ def test_grouped_decode_equals_per_row_attention(heads, kv_heads):
     for row, table, length in zip(packed_rows, tables, lengths):
         expected = reference_attention(query[0, :, row], k_pages, v_pages, table, length, scale)
         torch.testing.assert_close(out[0, row].double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_groups_of_one_shape_share_one_call_and_odd_shapes_get_their_own():
+    assert bucket_groups([(1, 13)] * 64) == [list(range(64))]
+    # a 12-row group over 40 blocks does not pad 30 one-row groups of 3 blocks to its shape
+    shapes = [(1, 3)] * 30 + [(12, 40)]
+    assert bucket_groups(shapes) == [[30], list(range(30))]
+    # widest first; a group joins while padding costs less than a call of its own
+    assert bucket_groups([(8, 20), (8, 30), (2, 5)], call_cost=200) == [[1, 0], [2]]
 
 
 def test_a_table_too_short_for_its_length_is_refused():

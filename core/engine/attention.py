@@ -9,10 +9,11 @@ argument ``specscale_meta``, which `transformers` forwards unchanged to every at
 Per layer and step:
 
 1. the new keys/values (RoPE already applied) are written into the KV pages at ``slot_mapping``;
-2. single-token (decode) rows attend group by group (:mod:`core.engine.decode_groups`): a group's
-   rows share most of their KV blocks, so the union of their blocks is gathered once and one SDPA
-   call covers the group, a mask keeping each row to its own blocks; the query heads of one KV
-   head are folded into the query-length axis, so GQA needs no K/V repetition;
+2. single-token (decode) rows attend by groups (:mod:`core.engine.decode_groups`): a group's rows
+   share most of their KV blocks, so the union of their blocks is gathered once and attended in
+   one go, a mask keeping each row to its own blocks; groups of similar shape are padded into one
+   batched SDPA call; the query heads of one KV head are folded into the query-length axis, so
+   GQA needs no K/V repetition;
 3. each multi-token (prefill chunk) row range attends with a causal mask offset by the tokens
    already in the cache (plain causal SDPA over the chunk itself when nothing is cached).
 """
@@ -127,7 +128,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
 
 def _grouped_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, meta: AttentionMetadata,
                     scaling: float | None) -> torch.Tensor:
-    """Decode attention for the grouped rows of ``meta.decode``.
+    """Decode attention for the grouped rows of ``meta.decode``: one SDPA call per bucket.
 
     Args:
         q: ``[heads, T, head_dim]`` queries of the whole packed batch.
@@ -144,17 +145,19 @@ def _grouped_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tenso
     bs = k_pages.shape[1]
     torch.index_select(k_pages, 0, plan.blocks, out=meta.k_gather)
     torch.index_select(v_pages, 0, plan.blocks, out=meta.v_gather)
-    qd = q.index_select(1, plan.rows).transpose(0, 1)  # [Bd, H, D]
     outs = []
-    for g in plan.groups:
-        rows = qd[g.row_start:g.row_start + g.num_rows]
-        # [1, kv_heads, rows * per_kv, D]: query head h uses KV head h // per_kv
-        qg = rows.reshape(g.num_rows, kv_heads, per_kv, head_dim).transpose(0, 1).reshape(1, kv_heads, -1, head_dim)
-        width = g.num_blocks * bs
-        kg = meta.k_gather[g.block_start:g.block_start + g.num_blocks].view(1, width, kv_heads, head_dim).transpose(1, 2)
-        vg = meta.v_gather[g.block_start:g.block_start + g.num_blocks].view(1, width, kv_heads, head_dim).transpose(1, 2)
-        og = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, scale=scaling)
-        outs.append(og.view(kv_heads, g.num_rows, per_kv, head_dim).transpose(0, 1).reshape(g.num_rows, heads, head_dim))
+    for b in plan.buckets:
+        n, rows = b.num_groups, b.rows_per_group
+        # [n, kv_heads, rows * per_kv, D]: query head h uses KV head h // per_kv
+        qb = (q.index_select(1, b.query_rows).view(kv_heads, per_kv, n, rows, head_dim)
+              .permute(2, 0, 3, 1, 4).reshape(n, kv_heads, rows * per_kv, head_dim))
+        width = b.blocks_per_group * bs
+        span = slice(b.block_start, b.block_start + n * b.blocks_per_group)
+        kb = meta.k_gather[span].view(n, width, kv_heads, head_dim).transpose(1, 2)
+        vb = meta.v_gather[span].view(n, width, kv_heads, head_dim).transpose(1, 2)
+        ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=b.mask, scale=scaling)
+        ob = ob.view(n, kv_heads, rows, per_kv, head_dim).permute(0, 2, 1, 3, 4).reshape(n * rows, heads, head_dim)
+        outs.append(ob.index_select(0, b.keep))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 

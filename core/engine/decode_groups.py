@@ -9,8 +9,10 @@ inference, Ye et al. 2024) lets a group gather the *union* of its rows' blocks o
 attention call in which every row sees only its own blocks, through a mask. The result is exact:
 one softmax per row over exactly the keys it would see alone.
 
-:func:`group_decode_rows` decides the groups; :func:`build_decode_groups` turns them into the
-tensors :func:`core.engine.attention.paged_attention` consumes.
+:func:`group_decode_rows` decides the groups; :func:`bucket_groups` packs groups of similar shape
+into one padded, batched attention call (so many small groups, e.g. unrelated requests, do not
+each pay a call); :func:`build_decode_groups` turns both into the tensors
+:func:`core.engine.attention.paged_attention` consumes.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
-# Cost of gathering one KV block relative to attending one query row over one block (~24 KB of
-# K/V copied vs ~37 kFLOP for a 9-head, 64-dim, 16-token block on a CPU). It sets how much
-# shared context a row must bring to be worth joining a group: see group_decode_rows.
+# Costs in units of one query row attending over one KV block (~37 kFLOP for 9 heads x 64 dims x
+# 16 tokens). Gathering one block copies ~24 KB of K/V: about 8 units on a CPU. One more attention
+# call per layer costs a few hundred microseconds of Python and dispatch per step: about 200.
 GATHER_TO_ATTEND_COST = 8
+CALL_COST = 200
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -69,42 +72,95 @@ def group_decode_rows(tables: list[list[int]], gather_cost: float = GATHER_TO_AT
     return groups
 
 
-@dataclass
-class DecodeGroup:
-    """One group's slice of the decode metadata.
+def bucket_groups(shapes: list[tuple[int, int]], gather_cost: float = GATHER_TO_ATTEND_COST,
+                  call_cost: float = CALL_COST) -> list[list[int]]:
+    """Pack groups into buckets, one batched attention call each.
 
-    row_start/num_rows: the group's rows are ``[row_start, row_start + num_rows)`` of the
-        grouped order (:attr:`DecodePlan.rows`).
-    block_start/num_blocks: its gathered blocks are ``[block_start, block_start + num_blocks)``
-        of :attr:`DecodePlan.blocks`.
-    mask: BoolTensor ``[1, 1, num_rows * q_per_kv, num_blocks * block_size]``; True where the
-        query (row r, head j of a KV head, at index ``r * q_per_kv + j``) may attend the key slot.
+    A bucket pads its groups to its most rows and its widest block union, so its cost is
+    ``call_cost + n * max_blocks * (gather_cost + max_rows)``. Groups are taken widest first and
+    one joins the current bucket when that costs no more than a bucket of its own.
+
+    Args:
+        shapes: ``(rows, blocks)`` of each group.
+
+    Returns:
+        Buckets of group indices (into ``shapes``), every group in exactly one.
+    """
+    def cost(n: int, rows: int, blocks: int) -> float:
+        return call_cost + n * blocks * (gather_cost + rows)
+
+    order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][1], -shapes[i][0]))
+    buckets: list[list[int]] = []
+    rows = blocks = 0
+    for i in order:
+        r, b = shapes[i]
+        if buckets:
+            n = len(buckets[-1])
+            joined = cost(n + 1, max(rows, r), max(blocks, b))
+            if joined <= cost(n, rows, blocks) + cost(1, r, b):
+                buckets[-1].append(i)
+                rows = max(rows, r)
+                blocks = max(blocks, b)
+                continue
+        buckets.append([i])
+        rows, blocks = r, b
+    return buckets
+
+
+@dataclass
+class DecodeBucket:
+    """One batched attention call over ``num_groups`` groups padded to a common shape.
+
+    query_rows: LongTensor ``[num_groups * rows_per_group]``, packed-batch row of each query slot
+        (a padding slot repeats a real row; its output is dropped).
+    block_start/blocks_per_group: the bucket's gathered blocks are
+        ``[block_start, block_start + num_groups * blocks_per_group)`` of :attr:`DecodePlan.blocks`,
+        group by group (padded with a block of the group, masked out).
+    mask: BoolTensor ``[num_groups, 1, rows_per_group * q_per_kv, blocks_per_group * block_size]``;
+        True where a query (slot r, query head j of a KV head, at index ``r * q_per_kv + j``) may
+        attend the key slot.
+    keep: LongTensor ``[rows]``, the real query slots, in :attr:`DecodePlan.rows` order.
     """
 
-    row_start: int
-    num_rows: int
+    query_rows: torch.Tensor
+    num_groups: int
+    rows_per_group: int
     block_start: int
-    num_blocks: int
+    blocks_per_group: int
     mask: torch.Tensor
+    keep: torch.Tensor
 
 
 @dataclass
 class DecodePlan:
     """Decode rows regrouped for shared-block attention.
 
-    rows: LongTensor ``[Bd]``, packed-batch row of each decode query, group by group.
-    blocks: LongTensor ``[sum of num_blocks]``, each group's union of block ids, group by group.
-    groups: the groups, in the same order.
+    rows: LongTensor ``[Bd]``, packed-batch row of each decode query, in output order (bucket by
+        bucket, each bucket's kept slots in order).
+    blocks: LongTensor ``[sum over buckets of num_groups * blocks_per_group]``: block ids to gather.
+    buckets: the attention calls.
     """
 
     rows: torch.Tensor
     blocks: torch.Tensor
-    groups: list[DecodeGroup]
+    buckets: list[DecodeBucket]
+
+
+def _group_union(members: list[int], tables: list[list[int]]) -> tuple[list[int], dict[int, int]]:
+    index: dict[int, int] = {}
+    union: list[int] = []
+    for row in members:
+        for block in tables[row]:
+            if block not in index:
+                index[block] = len(union)
+                union.append(block)
+    return union, index
 
 
 def build_decode_groups(packed_rows: list[int], tables: list[list[int]], lengths: list[int], block_size: int,
-                        q_per_kv: int, device) -> DecodePlan:
-    """Group decode rows (:func:`group_decode_rows`) and build each group's block union and mask.
+                        q_per_kv: int, device, call_cost: float = CALL_COST) -> DecodePlan:
+    """Group decode rows (:func:`group_decode_rows`), bucket the groups (:func:`bucket_groups`) and
+    build each bucket's query slots, block list and mask.
 
     Args:
         packed_rows: packed-batch row of each decode query.
@@ -113,35 +169,53 @@ def build_decode_groups(packed_rows: list[int], tables: list[list[int]], lengths
         block_size: tokens per KV block.
         q_per_kv: query heads per KV head (GQA folds them into the query-length axis).
         device: where the tensors go.
+        call_cost: see :func:`bucket_groups` (0: one call per group).
 
     Raises:
         ValueError: a table does not cover its row's length.
     """
-    flat_rows: list[int] = []
+    for row, (table, length) in enumerate(zip(tables, lengths)):
+        if length > len(table) * block_size or length < 1:
+            raise ValueError(f"decode row {row}: {len(table)} blocks cannot hold {length} tokens")
+    groups = group_decode_rows(tables)
+    unions = [_group_union(members, tables) for members in groups]
+    out_rows: list[int] = []
     flat_blocks: list[int] = []
-    groups: list[DecodeGroup] = []
-    for members in group_decode_rows(tables):
-        index: dict[int, int] = {}
-        union: list[int] = []
-        key_rows: list[int] = []
+    buckets: list[DecodeBucket] = []
+    for bucket in bucket_groups([(len(g), len(u)) for g, (u, _) in zip(groups, unions)], call_cost=call_cost):
+        rows_per_group = max(len(groups[i]) for i in bucket)
+        blocks_per_group = max(len(unions[i][0]) for i in bucket)
+        width = blocks_per_group * block_size
+        mask = torch.zeros(len(bucket) * rows_per_group, width, dtype=torch.bool)
+        query_rows: list[int] = []
+        keep: list[int] = []
         key_slots: list[int] = []
-        for r, row in enumerate(members):
-            table, length = tables[row], lengths[row]
-            if length > len(table) * block_size or length < 1:
-                raise ValueError(f"decode row {row}: {len(table)} blocks cannot hold {length} tokens")
-            for t, block in enumerate(table):
-                j = index.get(block)
-                if j is None:
-                    j = index[block] = len(union)
-                    union.append(block)
-                visible = min(block_size, length - t * block_size)
-                key_rows.extend([r] * visible)
-                key_slots.extend(range(j * block_size, j * block_size + visible))
-        width = len(union) * block_size
-        mask = torch.zeros(len(members), width, dtype=torch.bool)
+        key_rows: list[int] = []
+        block_start = len(flat_blocks)
+        for n, gi in enumerate(bucket):
+            members = groups[gi]
+            union, index = unions[gi]
+            flat_blocks.extend(union + [union[0]] * (blocks_per_group - len(union)))
+            for r, row in enumerate(members):
+                slot = n * rows_per_group + r
+                keep.append(slot)
+                out_rows.append(packed_rows[row])
+                length = lengths[row]
+                for t, block in enumerate(tables[row]):
+                    j = index[block] * block_size
+                    visible = min(block_size, length - t * block_size)
+                    key_rows.extend([slot] * visible)
+                    key_slots.extend(range(j, j + visible))
+            query_rows.extend(packed_rows[row] for row in members)
+            # padding slots repeat the group's first row and see one real key, so no row is all -inf
+            pad = rows_per_group - len(members)
+            query_rows.extend([packed_rows[members[0]]] * pad)
+            key_rows.extend(range(n * rows_per_group + len(members), (n + 1) * rows_per_group))
+            key_slots.extend([0] * pad)
         mask[torch.tensor(key_rows), torch.tensor(key_slots)] = True
-        mask = mask[:, None, :].expand(len(members), q_per_kv, width).reshape(1, 1, len(members) * q_per_kv, width)
-        groups.append(DecodeGroup(len(flat_rows), len(members), len(flat_blocks), len(union), mask.to(device)))
-        flat_rows.extend(packed_rows[row] for row in members)
-        flat_blocks.extend(union)
-    return DecodePlan(torch.tensor(flat_rows, device=device), torch.tensor(flat_blocks, device=device), groups)
+        mask = (mask.view(len(bucket), rows_per_group, 1, width)
+                .expand(len(bucket), rows_per_group, q_per_kv, width)
+                .reshape(len(bucket), 1, rows_per_group * q_per_kv, width))
+        buckets.append(DecodeBucket(torch.tensor(query_rows, device=device), len(bucket), rows_per_group, block_start,
+                                    blocks_per_group, mask.to(device), torch.tensor(keep, device=device)))
+    return DecodePlan(torch.tensor(out_rows, device=device), torch.tensor(flat_blocks, device=device), buckets)
