@@ -203,15 +203,19 @@ def _parse_rates(text: str) -> list[float]:
               help="Problems searched at once.")
 @click.option("--request-rates", default="", help="Poisson arrival rates in problems/s for latency runs, e.g. 0.05,0.1.")
 @click.option("--arrival-seed", type=int, default=0, show_default=True, help="Seed of the arrival process.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Throughput runs per policy, in rounds; figures are the median run, ratios the median "
+                   "same-round ratio.")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="runs/bench-search",
               show_default=True, help="Folder for results.json, results.csv and the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")
 @model_and_search_options(with_policy=False)
-def bench_search(dataset, limit, policies, max_concurrent, request_rates, arrival_seed, out_dir, as_json, **opts):
+def bench_search(dataset, limit, policies, max_concurrent, request_rates, arrival_seed, repeats, out_dir, as_json,
+                 **opts):
     """Every policy on the same problems, models loaded once, in one process (paper §5.2-§5.4).
 
-    For each policy: a throughput run (all problems issued at once), then one latency run per
-    request rate (Poisson arrivals). Prints a table and writes OUT/results.json, OUT/results.csv,
+    For each policy: a throughput run (all problems issued at once; --repeats rounds of them),
+    then one latency run per request rate (Poisson arrivals). Prints a table and writes OUT/results.json, OUT/results.csv,
     OUT/throughput.png, OUT/time_breakdown.png and OUT/latency.png.
     """
     from pathlib import Path
@@ -252,9 +256,10 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
                     f"{res['goodput']:.1f} goodput tok/s, {res['prm_calls']} PRM calls, "
                     f"norm latency {1000 * res['normalized_latency_s_per_token']:.1f} ms/tok")
 
-    result = run_benchmark(models, settings, problems, search_cfg, names, max_concurrent, rates, arrival_seed, on_run)
+    result = run_benchmark(models, settings, problems, search_cfg, names, max_concurrent, rates, arrival_seed, on_run,
+                           repeats=repeats)
     result = {"dataset": dataset, "problems": len(problems), "beam_size": search_cfg.beam_size,
-              "beam_width": search_cfg.beam_width, "max_concurrent": max_concurrent, "request_rates": rates,
+              "beam_width": search_cfg.beam_width, "max_concurrent": max_concurrent, "request_rates": rates, "repeats": repeats,
               "generator": settings.generator, "prm": settings.prm, "scorer": settings.scorer,
               "search": dataclasses.asdict(search_cfg), **result}
     rate_keys = [str(r) for r in rates]

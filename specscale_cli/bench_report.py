@@ -52,6 +52,9 @@ def results_table(results: dict, rates: list[str]) -> Table:
             for rate in rates}
     for name, res in results.items():
         row = [name if key is None else _fmt(_get(res, key), fmt) for _, key, fmt in COLUMNS]
+        spread = res.get("ratio_vs_nonspec_runs") or []
+        if len(spread) > 1:  # repeated rounds: show the range of same-round ratios next to the median
+            row[[k for _, k, _ in COLUMNS].index("ratio_vs_nonspec")] += f" ({min(spread):.2f}-{max(spread):.2f})"
         for rate in rates:
             value = res["latency"][rate]["normalized_latency_s_per_token"]
             cell = f"{1000 * value:.1f}"

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from test_cli import GSM8K, tiny_dir  # noqa: F401  (fixture)
 from test_search import PROBLEMS, make_runtime, tiny_chat  # noqa: F401  (fixture)
 
+from core.bench import search_bench
 from core.bench.search_bench import parse_policies, poisson_arrivals, step_wait_seconds
 from core.search.config import SearchConfig
 from core.search.driver import SearchDriver
@@ -74,6 +75,31 @@ def test_driver_admits_nothing_before_its_arrival(tiny_chat):
     driver.run(PROBLEMS, arrivals=[0.0, 0.4])
     assert set(admitted) == {"p1", "p2"}
     assert admitted["p2"] - t_call >= 0.4
+
+
+def test_repeats_run_in_rounds_and_report_the_median_run_and_same_round_ratios(monkeypatch):
+    walls = {"non-spec": [10.0, 14.0, 12.0], "specscale": [5.0, 9.0, 6.0]}
+    calls = []
+
+    def fake_run_policy(models, settings, problems, cfg, policy, max_concurrent, arrivals=None):
+        i = calls.count(policy)
+        calls.append(policy)
+        wall = walls[policy][i]
+        return {"wall_s": wall, "throughput": 120 / wall, "goodput": 60 / wall, "accuracy": 0.5, "round": i}
+
+    monkeypatch.setattr(search_bench, "run_policy", fake_run_policy)
+    out = search_bench.run_benchmark(None, None, ["p"], SearchConfig(), ["non-spec", "specscale:ep+cd+lv"], 4,
+                                     repeats=3)
+    assert calls == ["non-spec", "specscale"] * 3  # rounds, not one policy's runs back to back
+    base, spec = out["policies"]["non-spec"], out["policies"]["specscale:ep+cd+lv"]
+    assert base["round"] == 2 and spec["round"] == 2  # the median wall times: 12 s and 6 s
+    assert spec["wall_s_runs"] == [5.0, 9.0, 6.0]
+    # same-round ratios 10/5, 14/9, 12/6; the median is reported
+    assert spec["ratio_vs_nonspec_runs"] == [2.0, 1.556, 2.0]
+    assert spec["ratio_vs_nonspec"] == 2.0 and base["ratio_vs_nonspec"] == 1.0
+    assert spec["accuracy_delta_vs_nonspec"] == 0.0
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        search_bench.run_benchmark(None, None, ["p"], SearchConfig(), ["non-spec"], 4, repeats=0)
 
 
 def test_bench_search_cli_writes_results_csv_plots_and_json(tiny_dir, tmp_path):

@@ -195,23 +195,45 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
 
 
 def run_benchmark(models: tuple, settings, problems: Sequence, search_cfg, policies: Sequence[str], max_concurrent: int,
-                  request_rates: Sequence[float] = (), seed: int = 0, on_run=None) -> dict[str, Any]:
-    """Every policy on the same problems: a throughput run, then one latency run per request rate.
+                  request_rates: Sequence[float] = (), seed: int = 0, on_run=None, repeats: int = 1) -> dict[str, Any]:
+    """Every policy on the same problems: ``repeats`` throughput runs each, then one latency run per
+    request rate.
+
+    Throughput runs go in rounds (every policy once per round), so a slow spell of a shared machine
+    hits all policies of a round rather than one policy's runs. A policy's figures are those of its
+    median-wall-time run; its ratios to non-spec are the median over rounds of the same-round ratio.
 
     Args:
         on_run: optional callback ``(policy, rate_or_None, result)`` after each run (progress).
+        repeats: throughput runs per policy (>= 1).
 
     Returns:
-        ``{"policies": {name: {...throughput run..., "ratio_vs_nonspec", "goodput_ratio_vs_nonspec",
+        ``{"policies": {name: {...median throughput run..., "wall_s_runs", "throughput_runs",
+        "goodput_runs", "ratio_vs_nonspec" (+ "_runs"), "goodput_ratio_vs_nonspec" (+ "_runs"),
         "accuracy_delta_vs_nonspec", "latency": {rate: {...}}}}}``; ratios only when non-spec ran.
+
+    Raises:
+        ValueError: ``repeats`` < 1.
     """
-    out: dict[str, Any] = {"policies": {}}
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    configs = {}
     for name in policies:
         policy, overrides = POLICY_SPECS[name]
-        cfg = dataclasses.replace(search_cfg, **overrides)
-        res = run_policy(models, settings, problems, cfg, policy, max_concurrent)
-        if on_run:
-            on_run(name, None, res)
+        configs[name] = (policy, dataclasses.replace(search_cfg, **overrides))
+    runs: dict[str, list[dict]] = {name: [] for name in policies}
+    for _ in range(repeats):
+        for name, (policy, cfg) in configs.items():
+            res = run_policy(models, settings, problems, cfg, policy, max_concurrent)
+            runs[name].append(res)
+            if on_run:
+                on_run(name, None, res)
+    out: dict[str, Any] = {"policies": {}}
+    for name, (policy, cfg) in configs.items():
+        ordered = sorted(runs[name], key=lambda r: r["wall_s"])
+        res = dict(ordered[(len(ordered) - 1) // 2])
+        for key in ("wall_s", "throughput", "goodput"):
+            res[f"{key}_runs"] = [r[key] for r in runs[name]]
         res["latency"] = {}
         for rate in request_rates:
             arrivals = poisson_arrivals(len(problems), rate, seed)
@@ -227,12 +249,19 @@ def run_benchmark(models: tuple, settings, problems: Sequence, search_cfg, polic
 
 
 def add_ratios(results: dict[str, dict]) -> None:
-    """Add throughput/goodput ratios and the accuracy difference against ``non-spec`` (in place)."""
+    """Add throughput/goodput ratios and the accuracy difference against ``non-spec`` (in place).
+
+    With per-round figures (``throughput_runs``/``goodput_runs``), each ratio is the median of the
+    same-round ratios and ``*_ratio..._runs`` lists them; otherwise it is the plain ratio.
+    """
     base = results.get(BASELINE)
     if not base:
         return
     for res in results.values():
-        res["ratio_vs_nonspec"] = round(res["throughput"] / base["throughput"], 3) if base["throughput"] else None
-        res["goodput_ratio_vs_nonspec"] = round(res["goodput"] / base["goodput"], 3) if base["goodput"] else None
+        for key, name in (("throughput", "ratio_vs_nonspec"), ("goodput", "goodput_ratio_vs_nonspec")):
+            pairs = list(zip(res.get(f"{key}_runs", [res[key]]), base.get(f"{key}_runs", [base[key]])))
+            ratios = [round(x / b, 3) for x, b in pairs if b]
+            res[name] = round(statistics.median(ratios), 3) if ratios else None
+            res[f"{name}_runs"] = ratios
         if res.get("accuracy") is not None and base.get("accuracy") is not None:
             res["accuracy_delta_vs_nonspec"] = round(res["accuracy"] - base["accuracy"], 4)
