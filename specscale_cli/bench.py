@@ -215,8 +215,9 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
     """Every policy on the same problems, models loaded once, in one process (paper §5.2-§5.4).
 
     For each policy: a throughput run (all problems issued at once; --repeats rounds of them),
-    then one latency run per request rate (Poisson arrivals). Prints a table and writes OUT/results.json, OUT/results.csv,
-    OUT/throughput.png, OUT/time_breakdown.png and OUT/latency.png.
+    then one latency run per request rate (Poisson arrivals). Prints a table and writes
+    OUT/results.json, OUT/results.csv, OUT/throughput.png, OUT/time_breakdown.png and
+    OUT/latency.png.
     """
     from pathlib import Path
 

@@ -26,6 +26,7 @@ COLUMNS = [
     ("acc", "accuracy", "{:.3f}"),
     ("acc Δ", "accuracy_delta_vs_nonspec", "{:+.3f}"),
 ]
+_RATIO_COLUMN = [key for _, key, _ in COLUMNS].index("ratio_vs_nonspec")
 
 
 def _get(res: dict, key: str):
@@ -54,7 +55,7 @@ def results_table(results: dict, rates: list[str]) -> Table:
         row = [name if key is None else _fmt(_get(res, key), fmt) for _, key, fmt in COLUMNS]
         spread = res.get("ratio_vs_nonspec_runs") or []
         if len(spread) > 1:  # repeated rounds: show the range of same-round ratios next to the median
-            row[[k for _, k, _ in COLUMNS].index("ratio_vs_nonspec")] += f" ({min(spread):.2f}-{max(spread):.2f})"
+            row[_RATIO_COLUMN] += f" ({min(spread):.2f}-{max(spread):.2f})"
         for rate in rates:
             value = res["latency"][rate]["normalized_latency_s_per_token"]
             cell = f"{1000 * value:.1f}"

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from test_cli import GSM8K, tiny_dir  # noqa: F401  (fixture)
 from test_search import PROBLEMS, make_runtime, tiny_chat  # noqa: F401  (fixture)
@@ -16,6 +17,7 @@ from core.bench import search_bench
 from core.bench.search_bench import parse_policies, poisson_arrivals, step_wait_seconds
 from core.search.config import SearchConfig
 from core.search.driver import SearchDriver
+from specscale_cli.bench_report import results_table
 from specscale_cli.main import cli
 
 
@@ -98,6 +100,9 @@ def test_repeats_run_in_rounds_and_report_the_median_run_and_same_round_ratios(m
     assert spec["ratio_vs_nonspec_runs"] == [2.0, 1.556, 2.0]
     assert spec["ratio_vs_nonspec"] == 2.0 and base["ratio_vs_nonspec"] == 1.0
     assert spec["accuracy_delta_vs_nonspec"] == 0.0
+    console = Console(width=400, record=True)
+    console.print(results_table(out["policies"], []))
+    assert "2.00x (1.56-2.00)" in console.export_text()  # the median and the range of the rounds
     with pytest.raises(ValueError, match="repeats must be >= 1"):
         search_bench.run_benchmark(None, None, ["p"], SearchConfig(), ["non-spec"], 4, repeats=0)
 

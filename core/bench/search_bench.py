@@ -251,16 +251,15 @@ def run_benchmark(models: tuple, settings, problems: Sequence, search_cfg, polic
 def add_ratios(results: dict[str, dict]) -> None:
     """Add throughput/goodput ratios and the accuracy difference against ``non-spec`` (in place).
 
-    With per-round figures (``throughput_runs``/``goodput_runs``), each ratio is the median of the
-    same-round ratios and ``*_ratio..._runs`` lists them; otherwise it is the plain ratio.
+    Each ratio is the median of the same-round ratios of ``throughput_runs``/``goodput_runs``
+    (one per round), and ``ratio_vs_nonspec_runs``/``goodput_ratio_vs_nonspec_runs`` list them.
     """
     base = results.get(BASELINE)
     if not base:
         return
     for res in results.values():
         for key, name in (("throughput", "ratio_vs_nonspec"), ("goodput", "goodput_ratio_vs_nonspec")):
-            pairs = list(zip(res.get(f"{key}_runs", [res[key]]), base.get(f"{key}_runs", [base[key]])))
-            ratios = [round(x / b, 3) for x, b in pairs if b]
+            ratios = [round(x / b, 3) for x, b in zip(res[f"{key}_runs"], base[f"{key}_runs"]) if b]
             res[name] = round(statistics.median(ratios), 3) if ratios else None
             res[f"{name}_runs"] = ratios
         if res.get("accuracy") is not None and base.get("accuracy") is not None:
