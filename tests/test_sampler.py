@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from core.engine.sampler import RowRequest, candidate_seed, sample, uniform
+from core.engine.sampler import RowRequest, candidate_seed, nucleus, sample, uniform
 
 
 def test_uniform_deterministic_and_in_range():
@@ -79,3 +80,48 @@ def test_candidate_seed():
     others = {candidate_seed(0, "p1", "0.2"), candidate_seed(0, "p2", "0.1"), candidate_seed(1, "p1", "0.1"),
               candidate_seed(0, "p1", "0.1.0"), candidate_seed(0, "p1", "01")}
     assert s not in others and len(others) == 5
+
+
+# --- top-p at the exact boundary (issue 15, item 4) --------------------------------------------
+
+
+def _draw(probs: list[float], top_p: float, n: int = 4000) -> list[int]:
+    logits = torch.tensor(probs).log()[None]
+    (out,) = sample(logits, [RowRequest(1.0, top_p, [(s, 3) for s in range(n)])])
+    return out
+
+
+def test_top_p_exact_boundary_keeps_the_smallest_set_reaching_it():
+    # 0.5 + 0.3 reaches 0.8 exactly: the nucleus is the first two tokens, never the third
+    out = _draw([0.5, 0.3, 0.1, 0.1], 0.8)
+    assert set(out) == {0, 1}
+    assert abs(out.count(0) / len(out) - 0.5 / 0.8) < 0.03
+
+
+def test_top_p_boundary_on_float32_rounding():
+    # float32 softmax of 0.6/0.3/0.1 sums the first two to 0.9000000060 of a total 1.0000000075:
+    # relative to the total that is just below 0.9, yet the two reach 0.9 exactly
+    assert set(_draw([0.6, 0.3, 0.1], 0.9)) == {0, 1}
+    # ten equal tokens: three reach 0.3
+    assert set(_draw([0.1] * 10, 0.3)) == {0, 1, 2}
+    # the boundary at the first token: 0.5 alone reaches top_p 0.5
+    assert set(_draw([0.5, 0.3, 0.2], 0.5)) == {0}
+    # just past a boundary the next token joins
+    assert set(_draw([0.5, 0.3, 0.1, 0.1], 0.8001)) == {0, 1, 2}
+
+
+def test_top_p_one_keeps_every_token():
+    probs = [0.5, 0.3, 0.1, 0.1]
+    out = _draw(probs, 1.0)
+    for t, p in enumerate(probs):
+        assert abs(out.count(t) / len(out) - p) < 0.03
+
+
+def test_tiny_top_p_is_greedy():
+    assert set(_draw([0.2, 0.5, 0.3], 1e-12)) == {1}
+
+
+def test_nucleus_returns_sorted_kept_mass_and_order():
+    kept, order = nucleus(torch.tensor([0.1, 0.5, 0.1, 0.3]), 0.8)
+    assert order.tolist() == [1, 3, 0, 2]  # ties in vocabulary order
+    assert kept.tolist() == pytest.approx([0.5, 0.3, 0.0, 0.0])
