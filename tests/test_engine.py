@@ -344,11 +344,11 @@ def test_prompt_of_exactly_max_model_len(tiny_model):
 @pytest.fixture
 def pieces():
     tp = TokenPieces(None, 16)
-    tp.pieces[5] = "\n"
-    tp.pieces[6] = "\n\n"
-    tp.pieces[7] = "a\n"
-    tp.pieces[8] = "b"
-    tp.pieces[9] = "</s>"
+    tp[5] = "\n"
+    tp[6] = "\n\n"
+    tp[7] = "a\n"
+    tp[8] = "b"
+    tp[9] = "</s>"
     return tp
 
 
@@ -552,10 +552,10 @@ def test_resume_after_delimiter_continues_like_one_pass(tiny_model):
     k = 30
     refs = [hf_greedy(tiny_model, p, k) for p in prompts]
     engine = make_engine(tiny_model, max_model_len=64, num_blocks=20, max_num_batched_tokens=16)
-    engine.pieces.pieces = ["x"] * len(engine.pieces.pieces)  # text, so a delimiter can end a step
+    engine.pieces.pieces = [b"x"] * len(engine.pieces.pieces)  # text, so a delimiter can end a step
     for t in range(0, 128, 6):
-        engine.pieces.pieces[t] = "\n\n"  # a delimiter token every 6 ids
-    engine.pieces.pieces[1] = "\n"
+        engine.pieces[t] = "\n\n"  # a delimiter token every 6 ids
+    engine.pieces[1] = "\n"
     sp, st = SamplingParams(temperature=0), StopCriteria(step_delimiter="\n\n", max_tokens=k)
     seqs = [engine.add(p, sampling=sp, stop=st, seeds=[i], tags=[f"t{i}"]) for i, p in enumerate(prompts)]
     parked: list[tuple[int, Sequence]] = []  # (engine step at which to resume, sequence)
@@ -566,7 +566,7 @@ def test_resume_after_delimiter_continues_like_one_pass(tiny_model):
         for s in out.stopped:
             assert s.status is SeqStatus.PAUSED
             if s.stop_reason is StopReason.DELIMITER:
-                assert engine.pieces[s.token_ids[-1]] == "\n\n" or s.token_ids[-2:] == [1, 1]
+                assert engine.pieces[s.token_ids[-1]] == b"\n\n" or s.token_ids[-2:] == [1, 1]
                 n_delims += 1
                 parked.append((n_steps + 3, s))
         for due, s in [x for x in parked if x[0] <= n_steps]:

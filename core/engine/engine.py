@@ -179,6 +179,7 @@ class GenerationEngine:
             seq.priority = priority
         seq.step_start = len(seq.token_ids)
         seq.stop_tail = ""
+        seq.stop_pending = b""
         seq.step_has_text = False
         seq.stop_reason = None
         if seq.block_table:
@@ -196,8 +197,8 @@ class GenerationEngine:
             token_ids=list(seq.token_ids), sampling=seq.sampling, stop=seq.stop,
             seeds=list(seeds if seeds is not None else seq.seeds), tags=list(tags if tags is not None else seq.tags),
             dedup=seq.dedup, priority=seq.priority, arrival=seq.arrival, num_prompt_tokens=seq.num_prompt_tokens,
-            step_start=seq.step_start, stop_tail=seq.stop_tail, stop_reason=seq.stop_reason,
-            step_has_text=seq.step_has_text,
+            step_start=seq.step_start, stop_tail=seq.stop_tail, stop_pending=seq.stop_pending,
+            stop_reason=seq.stop_reason, step_has_text=seq.step_has_text,
         )
         try:
             self.kv.fork(seq, child)

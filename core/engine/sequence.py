@@ -96,7 +96,8 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     stop_reason: StopReason | None = None
     step_start: int = 0
-    stop_tail: str = ""
+    stop_tail: str = ""  # the step's last len(delimiter) - 1 decoded characters
+    stop_pending: bytes = b""  # bytes of a character that the step's tokens have not completed yet
     step_has_text: bool = False  # the current step has non-whitespace text (a delimiter may end it)
     read_logits: list = field(default_factory=list)
     arrival: int = 0
