@@ -49,6 +49,49 @@ class TokenRate:
         (t0, n0), (t1, n1) = self._samples[0], self._samples[-1]
         return (n1 - n0) / (t1 - t0) if t1 > t0 else None
 
+    def rate_at(self, now: float) -> float | None:
+        """The window's rate at time ``now``, taking the running total as unchanged since the last
+        sample (so the rate falls while no token is produced, e.g. during a long PRM flush).
+
+        Safe to call from another thread than :meth:`add`'s. None without a sample before ``now``.
+        """
+        samples = list(self._samples)  # one C-level copy: atomic under the GIL
+        if not samples or now <= samples[0][0]:
+            return self.rate()
+        n_last = samples[-1][1]
+        left = samples[0]
+        for sample in samples:
+            if sample[0] <= now - self.window_s:
+                left = sample
+        return (n_last - left[1]) / (now - left[0])
+
+
+def estimate_eta(elapsed_s: float, remaining: int, answered_here: int, problem_seconds: float,
+                 in_flight_ages: list[float]) -> float | None:
+    """Seconds until the last problem is answered, or None before the first answer.
+
+    Extrapolating from answers alone overshoots at the start: when the first problem is answered
+    the others admitted with it are nearly done too. So each problem in flight counts as the share
+    of a mean problem's time it has already run (at most 0.95), both in the work done and in the
+    work left.
+
+    Args:
+        elapsed_s: seconds since this process started solving.
+        remaining: problems of the input without a record yet (in flight included).
+        answered_here: problems answered by this process (error records take no search time).
+        problem_seconds: their admission-to-answer seconds, summed.
+        in_flight_ages: seconds each problem in flight has been searched.
+
+    Returns:
+        The estimate in seconds; None while no problem has been answered or no time has passed.
+    """
+    if answered_here <= 0 or problem_seconds <= 0 or elapsed_s <= 0:
+        return None
+    mean_s = problem_seconds / answered_here
+    partial = sum(min(age / mean_s, 0.95) for age in in_flight_ages)
+    rate = (answered_here + partial) / elapsed_s  # problems per second, partial work included
+    return max(0.0, remaining - partial) / rate
+
 
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
@@ -62,16 +105,18 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         stats: the driver's :class:`~core.search.driver.RunStats`.
         engine: the generator :class:`~core.engine.engine.GenerationEngine`.
         verifier: the :class:`~core.verify.verifier.Verifier` (its engine is the PRM's).
-        counts: per-problem results so far: ``done`` (answer records), ``errors`` (error records),
+        counts: per-problem results of the whole run so far (records an earlier run wrote and a
+            resumed run kept included): ``done`` (answer records), ``errors`` (error records),
             ``graded`` (answers with a gold answer) and ``correct``.
-        total: problems in the input, None when unknown (stdin).
+        total: problems in the whole input, None when unknown (stdin).
         tokens_per_s_now: the recent rate (see :class:`TokenRate`), None when not measured.
         now: ``time.perf_counter()`` value to measure the wall time at (default: now).
 
     Returns:
         Keys (times in seconds, sizes in tokens or KV blocks; None where undefined): problems_total,
         problems_answered, errors, graded, correct, accuracy, wall_s, eta_s, generated_tokens,
-        tokens_per_s, tokens_per_s_now, engine_steps, preemptions, running_sequences,
+        tokens_per_s, tokens_per_s_now, engine_steps, preemptions and prm_preemptions (sequences
+        preempted for lack of KV blocks in the generator and the PRM engine), running_sequences,
         waiting_sequences, logical_candidates (candidates carried by running sequences: more than
         the sequences under CD), kv_blocks_used/_total/_peak and prm_kv_blocks_used/_total/_peak,
         queue_tasks, queue_tokens, prm_calls, flushes_by_trigger, prm_tasks, prm_prefills,
@@ -81,11 +126,13 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         pruned_by_rule and cancelled_by_rule (see :class:`~core.search.beam_search.PruneCounts`),
         cd_saved_tokens, generation_s, verification_s.
     """
-    wall = (now if now is not None else time.perf_counter()) - stats.started
+    now = now if now is not None else time.perf_counter()
+    wall = now - stats.started
     finished = counts["done"] + counts["errors"]
     eta = None
-    if total is not None and finished:
-        eta = wall / finished * max(0, total - finished)
+    if total is not None:
+        eta = estimate_eta(wall, max(0, total - finished), stats.problems_done, stats.problem_seconds,
+                           [now - t0 for t0 in stats.in_flight.values()])
     running = engine.scheduler.running
     pool, prm_pool = engine.pool, verifier.engine.pool
     vs = verifier.stats
@@ -104,6 +151,7 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         "tokens_per_s_now": tokens_per_s_now,
         "engine_steps": stats.engine_steps,
         "preemptions": engine.scheduler.num_preemptions,
+        "prm_preemptions": verifier.engine.scheduler.num_preemptions,
         "running_sequences": len(running),
         "waiting_sequences": len(engine.scheduler.waiting),
         "logical_candidates": sum(len(s.tags) for s in running),

@@ -1,7 +1,7 @@
 """Presets: TOML files naming a generator-PRM pair and search settings (``presets/*.toml``).
 
 A preset has an optional top-level ``description`` and two tables, ``[models]`` (fields of
-:class:`core.solver.ModelSettings`, with ``gen_kv_gb``/``prm_kv_gb`` in GiB instead of the byte
+:class:`core.settings.ModelSettings`, with ``gen_kv_gb``/``prm_kv_gb`` in GiB instead of the byte
 fields) and ``[search]`` (fields of :class:`core.search.config.SearchConfig`). Fields left out take
 the dataclass defaults; command-line flags override preset fields.
 
@@ -18,13 +18,11 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.models.loader import DTYPES
 from core.search.config import SearchConfig
-from core.solver import SCORERS, ModelSettings
+from core.settings import DTYPE_NAMES, GIB, SCORER_NAMES, ModelSettings
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 DEFAULT_PRESET = "smollm2-cpu"
-_GIB = 1 << 30
 _GB_FIELDS = {"gen_kv_gb": "gen_kv_bytes", "prm_kv_gb": "prm_kv_bytes"}
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
@@ -78,7 +76,7 @@ def read_preset(name_or_path: str) -> Preset:
     Raises:
         PresetError: see :func:`find_preset`; invalid TOML; an unknown table or field; a value of the
             wrong type; a value :class:`ModelSettings`/:class:`SearchConfig` refuse (e.g. N not
-            divisible by M) or a scorer not in :data:`core.solver.SCORERS`.
+            divisible by M) or a scorer not in :data:`core.settings.SCORER_NAMES`.
     """
     path = find_preset(name_or_path)
     try:
@@ -114,7 +112,7 @@ def read_preset(name_or_path: str) -> Preset:
             raise fail("models", gb_key, f"set either {gb_key} or {bytes_key}, not both")
         if isinstance(gib, bool) or not isinstance(gib, (int, float)) or gib <= 0:
             raise fail("models", gb_key, f"must be a positive number of GiB, got {gib!r}")
-        models[bytes_key] = int(gib * _GIB)
+        models[bytes_key] = int(gib * GIB)
     for key, message in model_settings_problems(models):
         raise fail("models", key, message)
     _check_search_values(search, fail)
@@ -135,14 +133,14 @@ def model_settings_problems(models: dict) -> list[tuple[str, str]]:
     """(field, message) for each value of ``models`` that no run could use; empty when all are fine.
 
     Checked here rather than at model loading so a bad preset or flag fails before minutes of
-    loading: the scorer must be one of :data:`core.solver.SCORERS`, the dtype one the loader knows,
+    loading: the scorer must be one of :data:`core.settings.SCORER_NAMES`, the dtype one the loader knows,
     the device ``cpu`` or ``cuda[:i]``, sizes positive.
     """
     problems = []
-    if "scorer" in models and models["scorer"] not in SCORERS:
-        problems.append(("scorer", f"unknown scorer '{models['scorer']}'; choose one of {', '.join(SCORERS)}"))
-    if models.get("dtype") not in (None, "auto", *DTYPES):
-        problems.append(("dtype", f"unknown dtype '{models['dtype']}'; choose one of auto, {', '.join(DTYPES)}"))
+    if "scorer" in models and models["scorer"] not in SCORER_NAMES:
+        problems.append(("scorer", f"unknown scorer '{models['scorer']}'; choose one of {', '.join(SCORER_NAMES)}"))
+    if models.get("dtype") not in (None, "auto", *DTYPE_NAMES):
+        problems.append(("dtype", f"unknown dtype '{models['dtype']}'; choose one of auto, {', '.join(DTYPE_NAMES)}"))
     if "device" in models and not _DEVICE.match(models["device"]):
         problems.append(("device", f"unknown device '{models['device']}'; use cpu or cuda[:index]"))
     for key in ("generator", "prm"):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from core.engine.engine import EngineConfig, GenerationEngine
 from core.models.loader import LoadedModel, load_model
+from core.settings import ModelSettings
 from core.verify.base import Scorer
 from core.verify.likelihood import LikelihoodScorer
 from core.verify.lm_judge import LMJudgeScorer
@@ -14,31 +15,9 @@ from core.verify.qwen_math_prm import QwenMathPRMScorer
 from core.verify.rlhflow import RLHFlowScorer
 from core.verify.verifier import Verifier
 
+# keys: core.settings.SCORER_NAMES, which flag checking uses before torch is imported (tested equal)
 SCORERS = {"likelihood": LikelihoodScorer, "lm-judge": LMJudgeScorer, "qwen-math-prm": QwenMathPRMScorer,
            "rlhflow": RLHFlowScorer, "math-shepherd": MathShepherdScorer}
-
-
-@dataclass
-class ModelSettings:
-    """Which models to load and how to size their engines.
-
-    generator/prm: model specs (see :func:`core.models.loader.load_model`); an equal spec loads once.
-    scorer: the scoring adapter run on the PRM model (see :data:`SCORERS`).
-    gen_kv_bytes/prm_kv_bytes: KV pool sizes in bytes.
-    """
-
-    generator: str = "smollm2-135m-instruct"
-    prm: str = "smollm2-135m-instruct"
-    scorer: str = "likelihood"
-    dtype: str | None = None
-    device: str = "cpu"
-    block_size: int = 16
-    gen_kv_bytes: int = 3 << 30
-    prm_kv_bytes: int = 1 << 30
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    max_model_len: int | None = 4096
-    enable_prefix_caching: bool = True
 
 
 @dataclass

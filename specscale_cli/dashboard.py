@@ -1,13 +1,17 @@
 """What `solve` shows while it runs and when it ends.
 
-On a terminal: a rich live panel, redrawn from the main loop at most every ``refresh_s`` (0.5 s),
-so no drawing thread competes with the engine and nothing is computed between redraws. Elsewhere
-(a pipe, a log file, ``--no-dashboard``): one plain line every ``log_every_s`` (10 s). The figures
-come from :func:`core.metrics.snapshot`; this module only renders them.
+On a terminal: a rich live panel, redrawn by rich's refresh thread about twice a second, so the
+clock and the rates keep moving while the main loop is busy (a PRM flush can take a minute on a
+CPU). Elsewhere (a pipe, a log file, ``--no-dashboard``): one plain line every ``log_every_s``
+(10 s), from a timer thread for the same reason. The figures come from
+:func:`core.metrics.snapshot`, which only the main loop computes (it reads the engines, which
+change mid-step); the drawing thread only reads the last snapshot and ages its clock-dependent
+fields. This module only renders.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from rich.console import Console
@@ -16,7 +20,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from core.metrics import TokenRate, snapshot
+from core.metrics import TokenRate, final_summary, snapshot
+
+# widest the panel gets; on a narrower terminal it takes the terminal's width and cuts its rows
+PANEL_WIDTH = 100
 
 
 # ---------------------------------------------------------------------- number formats
@@ -40,9 +47,15 @@ def _triggers(by_trigger: dict, sep: str = " · ") -> str:
     return sep.join(f"{k} {v}" for k, v in by_trigger.items()) or "none"
 
 
+def _n(count: int, word: str, plural: str | None = None) -> str:
+    """``1 answer``, ``2 answers`` (``plural`` for irregular words)."""
+    return f"{count:,} {word if count == 1 else plural or word + 's'}"
+
+
 def _accuracy(snap: dict) -> str:
     if not snap["graded"]:
-        return "no gold answers"
+        # before the first answer nothing says whether the input has gold answers
+        return "pending (no answer yet)" if not snap["problems_answered"] else "no gold answers"
     return f"{snap['correct']}/{snap['graded']} ({100 * snap['accuracy']:.1f}%)"
 
 
@@ -63,11 +76,12 @@ def _bar(done: int, total: int | None, width: int = 30) -> Text:
     return bar
 
 
-def render_panel(snap: dict, title: str = "specscale solve") -> Panel:
-    """The live panel for one :func:`core.metrics.snapshot`.
+def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_WIDTH) -> Panel:
+    """The live panel for one :func:`core.metrics.snapshot`, ``width`` columns wide (borders included).
 
-    Plain styled text in a panel: rich lays out nested tables several times slower, and this is
-    redrawn from the engine loop.
+    Plain styled text in a panel: rich lays out nested tables several times slower. Every row is
+    cut to the width, never wrapped, so the panel has the same height and width at every redraw
+    (a row that wraps once would leave a stale copy of the panel above the new one).
     """
     finished = snap["problems_answered"] + snap["errors"]
     total = snap["problems_total"]
@@ -77,16 +91,17 @@ def render_panel(snap: dict, title: str = "specscale solve") -> Panel:
                                    f"ETA {_clock(snap['eta_s'])}  elapsed {_clock(snap['wall_s'])}")),
         ("tokens/s", f"{_rate(snap['tokens_per_s_now'])} now · {_rate(snap['tokens_per_s'])} average · "
                      f"{_int(snap['generated_tokens'])} tokens generated"),
-        ("sequences", f"{snap['running_sequences']} running · {snap['logical_candidates']} candidates · "
+        ("sequences", f"{snap['running_sequences']} running · {_n(snap['logical_candidates'], 'candidate')} · "
                       f"{snap['waiting_sequences']} waiting"),
         ("KV blocks", f"generator {_int(snap['kv_blocks_used'])}/{_int(snap['kv_blocks_total'])} "
                       f"(peak {_int(snap['kv_blocks_peak'])}) · PRM {_int(snap['prm_kv_blocks_used'])}/"
                       f"{_int(snap['prm_kv_blocks_total'])} (peak {_int(snap['prm_kv_blocks_peak'])})"),
-        ("PRM queue", f"{snap['queue_tasks']} tasks · {_int(snap['queue_tokens'])} tokens"),
+        ("PRM queue", f"{_n(snap['queue_tasks'], 'task')} · {_n(snap['queue_tokens'], 'token')}"),
         ("PRM calls", f"{snap['prm_calls']} ({_triggers(snap['flushes_by_trigger'])}) · "
                       f"{_rate(snap['prm_mean_batch_tasks'])} tasks, {_rate(snap['prm_mean_batch_tokens'])} tokens "
                       f"per call"),
-        ("EP / CD", f"{snap['pruned_ep']} candidates pruned by EP · {_int(snap['cd_saved_tokens'])} tokens saved by CD"),
+        ("EP / CD", f"{_n(snap['pruned_ep'], 'candidate')} pruned by EP · {_n(snap['cd_saved_tokens'], 'token')} "
+                    f"saved by CD"),
         ("time", f"generation {snap['generation_s']:.1f} s ({_share(snap['generation_s'], busy)}) · "
                  f"PRM {snap['verification_s']:.1f} s ({_share(snap['verification_s'], busy)})"),
         ("accuracy", _accuracy(snap)),
@@ -98,7 +113,7 @@ def render_panel(snap: dict, title: str = "specscale solve") -> Panel:
         body.append(value if isinstance(value, Text) else Text(value))
         if i < len(rows) - 1:
             body.append("\n")
-    return Panel(body, title=title, title_align="left", border_style="blue", expand=False)
+    return Panel(body, title=title, title_align="left", border_style="blue", width=width)
 
 
 def log_line(snap: dict) -> str:
@@ -124,7 +139,7 @@ def summary_table(summary: dict) -> Table:
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
     total = _int(s["problems_total"]) if s["problems_total"] is not None else "?"
-    table.add_row("problems", f"{s['problems_answered']} answered, {s['errors']} errors (of {total})")
+    table.add_row("problems", f"{s['problems_answered']} answered, {_n(s['errors'], 'error')} (of {total})")
     table.add_row("accuracy", _accuracy(s))
     table.add_row("tokens", f"{_int(s['generated_tokens'])} generated in {s['wall_s']:.1f} s "
                             f"({_rate(s['tokens_per_s'])} tok/s)")
@@ -140,7 +155,7 @@ def summary_table(summary: dict) -> Table:
                           f"verification {s['verification_s']:.1f} s ({_share(s['verification_s'], busy)})")
     table.add_row("peak KV", f"generator {_int(s['kv_blocks_peak'])}/{_int(s['kv_blocks_total'])} blocks, "
                              f"PRM {_int(s['prm_kv_blocks_peak'])}/{_int(s['prm_kv_blocks_total'])}; "
-                             f"{s['preemptions']} preemptions")
+                             f"{_n(s['preemptions'], 'preemption')} (PRM {s['prm_preemptions']})")
     return table
 
 
@@ -149,17 +164,20 @@ class Dashboard:
     """Live figures of a `solve` run: a rich panel on a terminal, periodic log lines otherwise.
 
     Args:
-        total: number of problems, or None when unknown (stdin).
+        total: number of problems in the whole input, or None when unknown (stdin).
+        counts: the whole run's records so far (``done``, ``errors``, ``graded``, ``correct``; a
+            resumed run starts with the kept ones), as in :func:`core.metrics.snapshot`.
         enabled: False forces log lines even on a terminal (``--no-dashboard``).
         stream: where to draw (default stderr, so stdout stays clean for pipes).
         title: panel title.
-        refresh_s: least seconds between two redraws (and token-rate samples).
+        refresh_s: least seconds between two snapshots taken by the main loop (and redraws).
         log_every_s: seconds between two log lines when not drawing the panel.
         window_s: sliding window of the "now" token rate.
     """
 
-    def __init__(self, total: int | None, enabled: bool = True, stream=None, title: str = "specscale solve",
-                 refresh_s: float = 0.5, log_every_s: float = 10.0, window_s: float = 8.0):
+    def __init__(self, total: int | None, counts: dict | None = None, enabled: bool = True, stream=None,
+                 title: str = "specscale solve", refresh_s: float = 0.5, log_every_s: float = 10.0,
+                 window_s: float = 8.0):
         self.console = Console(file=stream, stderr=stream is None)
         self.live = enabled and self.console.is_terminal
         self.total = total
@@ -167,22 +185,46 @@ class Dashboard:
         self.refresh_s = refresh_s
         self.log_every_s = log_every_s
         self.rate = TokenRate(window_s)
-        self.counts = {"done": 0, "errors": 0, "correct": 0, "graded": 0}
+        self.counts = dict(counts or {"done": 0, "errors": 0, "correct": 0, "graded": 0})
         self._next_sample = 0.0
-        self._last_log = time.perf_counter()
         self._live: Live | None = None
+        self._logger: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._stats = None
+        self._runtime = None
+        # (snapshot, perf_counter time it was taken); replaced whole, so the drawing thread never
+        # sees a half-updated one
+        self._snap: tuple[dict, float] | None = None
 
     def __enter__(self):
         if self.live:
-            # redrawn only from update(): a refresh thread would read the run's state mid-change
-            self._live = Live(console=self.console, auto_refresh=False, redirect_stdout=False)
+            self._live = Live(get_renderable=self._renderable, console=self.console, auto_refresh=True,
+                              refresh_per_second=1 / self.refresh_s, redirect_stdout=False, transient=False)
             self._live.start()
+        else:
+            self._logger = threading.Thread(target=self._log_loop, name="specscale-log", daemon=True)
+            self._logger.start()
         return self
 
     def __exit__(self, *exc):
+        self._stop.set()
         if self._live is not None:
+            self._take_snapshot()
+            self._live.refresh()
             self._live.stop()
+        if self._logger is not None:
+            self._logger.join(timeout=1.0)
+            # the figures at the end, so a log always closes with the run's totals
+            self._take_snapshot()
+            snap = self._aged()
+            if snap is not None:
+                self.console.print(log_line(snap), highlight=False, soft_wrap=True)
         return False
+
+    def attach(self, stats, runtime) -> None:
+        """Start showing a run: its driver's RunStats and the runtime whose engines it uses."""
+        self._stats, self._runtime = stats, runtime
+        self._take_snapshot()
 
     def advance(self, counts: dict) -> None:
         """A problem finished (answer or error record): ``counts`` as in :func:`core.metrics.snapshot`."""
@@ -194,14 +236,51 @@ class Dashboard:
         return snapshot(stats, runtime.engine, runtime.verifier, self.counts, self.total, self.rate.rate())
 
     def update(self, stats, runtime) -> None:
-        """Called every driver iteration; does real work at most every ``refresh_s`` seconds."""
-        now = time.perf_counter()
-        if now < self._next_sample:
+        """Called every driver iteration (main thread); takes a snapshot at most every ``refresh_s``."""
+        self._stats, self._runtime = stats, runtime
+        if time.perf_counter() >= self._next_sample:
+            self._take_snapshot()
+
+    def final_summary(self, config: dict) -> dict | None:
+        """``OUT/summary.json`` content for the run so far (see :func:`core.metrics.final_summary`);
+        None when no run was attached."""
+        if self._stats is None:
+            return None
+        return final_summary(self.snapshot(self._stats, self._runtime), config)
+
+    def _take_snapshot(self) -> None:
+        if self._stats is None:
             return
+        now = time.perf_counter()
         self._next_sample = now + self.refresh_s
-        self.rate.add(now, stats.generated_tokens)
-        if self._live is not None:
-            self._live.update(render_panel(self.snapshot(stats, runtime), self.title), refresh=True)
-        elif now - self._last_log >= self.log_every_s:
-            self._last_log = now
-            self.console.print(log_line(self.snapshot(stats, runtime)), highlight=False, soft_wrap=True)
+        self.rate.add(now, self._stats.generated_tokens)
+        self._snap = (self.snapshot(self._stats, self._runtime), now)
+
+    def _aged(self) -> dict | None:
+        """The last snapshot with its clock-dependent figures brought to now (drawing thread)."""
+        if self._snap is None:
+            return None
+        snap, taken = self._snap
+        now = time.perf_counter()
+        aged = dict(snap)
+        aged["wall_s"] = snap["wall_s"] + (now - taken)
+        if snap["eta_s"] is not None:
+            aged["eta_s"] = max(0.0, snap["eta_s"] - (now - taken))
+        # no token arrived since the snapshot: the "now" rate decays over the window as it would
+        aged["tokens_per_s_now"] = self.rate.rate_at(now)
+        return aged
+
+    def _width(self) -> int:
+        return max(20, min(PANEL_WIDTH, self.console.width))
+
+    def _renderable(self):
+        snap = self._aged()
+        if snap is None:
+            return Text("starting...", style="dim")
+        return render_panel(snap, self.title, self._width())
+
+    def _log_loop(self) -> None:
+        while not self._stop.wait(self.log_every_s):
+            snap = self._aged()
+            if snap is not None:
+                self.console.print(log_line(snap), highlight=False, soft_wrap=True)

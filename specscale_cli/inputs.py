@@ -10,7 +10,10 @@ from typing import Callable, Iterable, Iterator
 
 import click
 
-from core.io.problems import DEFAULT_PROBLEM_FIELDS, Problem, ProblemError
+from core.io.problems import DEFAULT_PROBLEM_FIELDS, Problem, ProblemError, iter_lines
+
+# PROBLEMS files read as tables through `datasets` (like --dataset) rather than as JSONL
+TABLE_SUFFIXES = (".csv", ".parquet", ".json")
 
 
 def input_options(fn):
@@ -61,8 +64,35 @@ def _limited(items: Iterable, limit: int | None) -> Iterator:
 
 
 def _count_records(path: Path) -> int:
+    """Non-blank lines of a file, read with the reader's line-size limit (a giant line counts once)."""
     with open(path, "rb") as fh:
-        return sum(1 for line in fh if line.strip())
+        return sum(1 for _, raw, _ in iter_lines(fh) if raw is None or raw.strip())
+
+
+def _require_a_valid_problem(items: Iterator[Problem | ProblemError], source: str) -> list[Problem | ProblemError]:
+    """Read ``items`` up to the first valid problem and return what was read.
+
+    A run whose every record is bad would load the models only to report each line; this makes
+    it a usage error at once. Reading stops at the first valid record, so a good file costs one line.
+
+    Raises:
+        click.UsageError: no record of ``items`` is a valid problem (the first error is shown).
+    """
+    head: list[Problem | ProblemError] = []
+    for item in items:
+        head.append(item)
+        if isinstance(item, Problem):
+            return head
+    errors = [item for item in head if isinstance(item, ProblemError)]
+    if not errors:
+        raise click.UsageError(f"{source}: no problems")
+    more = f" (and {len(errors) - 1} more bad record{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    hint = ""
+    if errors[0].field is None and "invalid JSON" in errors[0].message:
+        hint = ("; PROBLEMS must be JSONL, one JSON object per line (a .csv, .parquet or .json file is read as a "
+                "table by its extension)")
+    raise click.UsageError(f"{source}: no valid problem in {len(head)} record{'s' if len(head) != 1 else ''}; "
+                           f"{errors[0].describe()}{more}{hint}")
 
 
 def open_input(problems: str | None, dataset: str | None, dataset_config: str | None, split: str | None,
@@ -79,6 +109,9 @@ def open_input(problems: str | None, dataset: str | None, dataset_config: str | 
 
     if (problems is None) == (dataset is None):
         raise click.UsageError("give exactly one input: a PROBLEMS file ('-' for stdin) or --dataset NAME_OR_PATH")
+    if problems is not None and Path(problems).suffix.lower() in TABLE_SUFFIXES:
+        # a table file is read like --dataset does; line-by-line JSON errors would only confuse
+        problems, dataset = None, problems
     fields = (problem_field,) if problem_field else DEFAULT_PROBLEM_FIELDS
     for name, value in (("--problem-field", problem_field), ("--answer-field", answer_field),
                         ("--id-field", id_field)):
@@ -94,6 +127,7 @@ def open_input(problems: str | None, dataset: str | None, dataset_config: str | 
             raise click.UsageError(str(exc)) from exc
         if len(rows) == 0:
             raise click.UsageError(f"{rows.source}: no problems (the split has no rows)")
+        _require_a_valid_problem(iter(rows), rows.source)
         config.update(dataset=dataset, dataset_config=dataset_config, split=rows.split,
                       shuffle=shuffle)
         return ProblemInput(rows.source, Path(dataset).stem or "dataset", len(rows), lambda: iter(rows), config)
@@ -103,12 +137,15 @@ def open_input(problems: str | None, dataset: str | None, dataset_config: str | 
             raise click.UsageError(f"{flag} works with --dataset; a PROBLEMS file is read in order, as it is")
     if problems == "-":
         opened = []
+        stdin_items = _limited(read_problems("-", fields, answer_field, id_field), limit)
+        # stdin is read once: the records read to find a valid one are replayed first
+        head = _require_a_valid_problem(stdin_items, "<stdin>")
 
         def open_stdin() -> Iterator[Problem | ProblemError]:
             if opened:
                 raise RuntimeError("stdin can be read once")
             opened.append(True)
-            return _limited(read_problems("-", fields, answer_field, id_field), limit)
+            return itertools.chain(head, stdin_items)
 
         return ProblemInput("<stdin>", "stdin", None, open_stdin, config)
 
@@ -125,5 +162,6 @@ def open_input(problems: str | None, dataset: str | None, dataset_config: str | 
         raise click.UsageError(f"{problems}: no problems (the file is empty or holds only blank lines)")
     if limit is not None:
         total = min(total, limit)
+    _require_a_valid_problem(_limited(read_problems(problems, fields, answer_field, id_field), limit), problems)
     return ProblemInput(problems, path.stem, total,
                         lambda: _limited(read_problems(problems, fields, answer_field, id_field), limit), config)

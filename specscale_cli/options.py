@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 
 import click
 
@@ -123,7 +124,7 @@ def build_settings(opts: dict):
     """
     from core.presets import DEFAULT_PRESET, PresetError, load_preset, model_settings_problems
     from core.search.config import SearchConfig
-    from core.solver import ModelSettings
+    from core.settings import ModelSettings
 
     try:
         models, search = load_preset(opts.pop("preset") or DEFAULT_PRESET)
@@ -161,17 +162,45 @@ def build_settings(opts: dict):
 def check_device(device: str) -> None:
     """Refuse a device torch cannot name or this torch build cannot use.
 
+    A CPU device needs no check, and a CPU-only torch build is recognised from its version file,
+    so neither imports torch (seconds); only a CUDA build asked for CUDA is asked whether a device
+    is there.
+
     Raises:
-        click.UsageError: e.g. ``--device cuda`` with the CPU build of torch.
+        click.UsageError: a malformed device, or e.g. ``--device cuda`` with the CPU build of torch.
     """
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise click.UsageError(f"invalid --device '{device}': use cpu or cuda[:index]")
+    if device == "cpu":
+        return
+    version = _torch_build_version()
+    if version is not None and version[1] is None:
+        raise click.UsageError(f"--device {device}: this torch build ({version[0]}) has no CUDA; use --device cpu "
+                               f"or install a CUDA build of torch")
     import torch
 
+    if not torch.cuda.is_available():
+        raise click.UsageError(f"--device {device}: no CUDA device is available (torch {torch.__version__}); "
+                               f"use --device cpu")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise click.UsageError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def _torch_build_version() -> tuple[str, str | None] | None:
+    """(torch version, CUDA version or None) read from torch's ``version.py`` without importing
+    torch; None when it cannot be read."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
     try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError) as exc:
-        raise click.UsageError(f"invalid --device '{device}': use cpu or cuda[:index]") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise click.UsageError(f"--device {device}: CUDA is not available (this torch build is "
-                               f"{torch.__version__}); use --device cpu or install a CUDA build of torch")
-    if dev.type not in ("cpu", "cuda"):
-        raise click.UsageError(f"--device {device}: only cpu and cuda are supported")
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return None
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*(?:['\"]([^'\"]*)['\"]|None)", text, re.M)
+    if version is None or cuda is None:
+        return None
+    return version.group(1), cuda.group(1)

@@ -1,9 +1,11 @@
-"""The output folder of `solve`: refuse, replace or resume an earlier run; its run.json; the resume hint."""
+"""What `solve` records about a run: its run.json content and the command that repeats or resumes it."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -11,9 +13,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from core.io.resume import (INFO_KEY, RUN_FILENAME, DoneRecords, ResumeError, config_differences,
-                            read_run_config, scan_answers)
-from core.io.writers import ANSWERS_FILENAME, TRACES_DIRNAME
+from core.io.resume import INFO_KEY
 
 # ModelSettings fields that size or place the engines but do not change what is generated; a
 # resumed run may change them (e.g. a smaller KV pool, another GPU), so they are not compared.
@@ -48,61 +48,23 @@ def run_config(settings, search_cfg, policy: str, input_config: dict, info: dict
             INFO_KEY: {"engine": engine, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info}}
 
 
-def prepare_output(out: Path, overwrite: bool, resume: bool, force: bool, config: dict) -> DoneRecords:
-    """Make ``out`` ready for a run and return the records a resumed run must skip.
+def program_name() -> list[str]:
+    """The words that started this program, for a command the user can paste.
 
-    Without ``resume`` an ``answers.jsonl`` with content is refused (``overwrite`` deletes it and
-    the traces instead). With ``resume`` the run settings must match ``OUT/run.json`` (``force``
-    skips the check) and the existing records are scanned, a torn last line cut off.
-
-    Raises:
-        click.UsageError: conflicting flags, an unwritable folder, answers present without
-            ``--resume``/``--overwrite``, settings that differ from ``run.json`` (or no
-            ``run.json`` next to answers) without ``--force``.
+    ``.venv/bin/specscale`` when that is what was typed; ``specscale`` when it is the one on PATH
+    (or the program is not the installed script, e.g. inside a test); ``python -m specscale_cli``
+    for a module run.
     """
-    if resume and overwrite:
-        raise click.UsageError("--resume keeps the answers in OUT and --overwrite deletes them: pass one of them")
-    if force and not resume:
-        raise click.UsageError("--force works with --resume (it resumes a run made with other settings)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise click.UsageError(f"output folder {out} is not writable: {exc.strerror or exc}") from exc
-    answers = out / ANSWERS_FILENAME
-    has_answers = answers.is_file() and answers.stat().st_size > 0
-    if overwrite:
-        for stale in (answers, out / RUN_FILENAME):
-            if stale.exists():
-                stale.unlink()
-        shutil.rmtree(out / TRACES_DIRNAME, ignore_errors=True)
-        return DoneRecords()
-    if not resume:
-        if has_answers:
-            raise click.UsageError(f"{answers} already holds answers of an earlier run; pass --resume to solve only "
-                                   f"the problems it lacks, --overwrite to replace it, or choose another -o")
-        return DoneRecords()
-    try:
-        previous = read_run_config(out)
-    except ResumeError as exc:
-        raise click.UsageError(f"{exc}; pass --force to resume anyway (run.json is then rewritten)") from exc
-    if previous is None and has_answers and not force:
-        raise click.UsageError(f"{out / RUN_FILENAME} is missing, so the settings behind {answers} cannot be "
-                               f"checked; pass --force to resume anyway")
-    diffs = config_differences(previous, config) if previous is not None else []
-    if diffs and not force:
-        raise click.UsageError(f"{out / RUN_FILENAME} records other settings than this run "
-                               f"({'; '.join(diffs)}); rerun with the same settings, or pass --force "
-                               f"to resume anyway")
-    if diffs:
-        # run.json gets this run's settings; keep those the earlier answers were made with
-        config[INFO_KEY]["forced_over"] = {k: v for k, v in previous.items() if k != INFO_KEY}
-    try:
-        return scan_answers(answers)
-    except OSError as exc:
-        raise click.UsageError(f"{answers}: cannot be read: {exc.strerror or exc}") from exc
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    name = os.path.basename(argv0)
+    if name in ("specscale", "specscale.exe"):
+        on_path = shutil.which("specscale")
+        if on_path and os.path.realpath(on_path) == os.path.realpath(argv0):
+            return ["specscale"]
+        return [argv0]
+    if name == "__main__.py" and os.path.basename(os.path.dirname(argv0)) == "specscale_cli":
+        return [sys.executable, "-m", "specscale_cli"]
+    return ["specscale"]
 
 
 def _long_flag(param: click.Option, on: bool = True) -> str:
@@ -114,9 +76,10 @@ def rerun_command(ctx: click.Context, out: Path, extra: tuple[str, ...] = ("--re
     """The command line that repeats this `solve` run into ``out``, followed by ``extra``.
 
     Built from the parameters given on the command line (not from ``sys.argv``, which is not
-    the command when `solve` runs inside another program), each with its long flag.
+    the command when `solve` runs inside another program), each with its long flag, after the
+    program as it was started (see :func:`program_name`).
     """
-    parts = ["specscale", ctx.info_name or "solve"]
+    parts = [*program_name(), ctx.info_name or "solve"]
     flags = []
     for param in ctx.command.params:
         name = param.name

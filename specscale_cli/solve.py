@@ -1,26 +1,39 @@
-"""`specscale solve`: run PRM-guided beam search on every problem of a JSONL file or dataset."""
+"""`specscale solve`: run PRM-guided beam search on every problem of a JSONL file or dataset.
+
+The order of work is what makes mistakes cheap: flags, preset, models named, the input's first
+records and the output folder are all checked before torch is imported or a model loads, so a
+usage error answers in well under a second (exit 2). Then the models load, ``run.json`` is
+written and the search runs; every answer record is on disk as soon as its problem finishes.
+A run ends in one of these ways, each with ``summary.json`` written for what was done:
+
+- 0 every problem got an answer record; 1 some became error records;
+- 3 the output folder could not be written (disk full, I/O error): what was written is complete;
+- 130 / 143 Ctrl-C / SIGTERM: no more problems admitted, problems in flight dropped.
+Exit 3, 130 and 143 print the command that resumes the run.
+"""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from .options import model_and_search_options, build_settings
 from .dashboard import Dashboard, summary_table
 from .inputs import input_options, open_input
-from .run_dir import prepare_output, rerun_command, run_config
+from .options import build_settings, model_and_search_options
+from .run_dir import rerun_command, run_config
+from .signals import Interrupted, StopSignals
 
-# 130 = 128 + SIGINT, what shells report for a command stopped by Ctrl-C
-EXIT_OK, EXIT_SOME_ERRORS, EXIT_WRITE_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
+EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
 
 
 @click.command()
 @click.argument("problems", type=str, required=False)
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output folder (answers.jsonl, traces/, run.json). Default: runs/<input name>.")
+              help="Output folder (answers.jsonl, traces/, run.json, summary.json). Default: runs/<input name>.")
 @click.option("--max-concurrent", type=click.IntRange(min=1), default=32, show_default=True,
               help="Problems searched at once.")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
@@ -28,11 +41,13 @@ EXIT_OK, EXIT_SOME_ERRORS, EXIT_WRITE_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
 @click.option("--traces/--no-traces", default=True, show_default=True, help="Write traces/<id>.json per problem.")
 @click.option("--no-dashboard", is_flag=True, help="Plain log lines every 10 s instead of the live dashboard.")
 @click.option("--no-progress", is_flag=True, hidden=True, help="Old name of --no-dashboard.")
-@click.option("--overwrite", is_flag=True, help="Replace the answers and traces of an earlier run in OUT.")
+@click.option("--overwrite", is_flag=True, help="Replace the answers, traces and summary of an earlier run in OUT.")
 @click.option("--resume", is_flag=True,
               help="Go on with the run in OUT: solve only the problems without a record in OUT/answers.jsonl "
                    "(the settings must match OUT/run.json).")
-@click.option("--force", is_flag=True, help="With --resume: resume even when the settings differ from OUT/run.json.")
+@click.option("--force", is_flag=True,
+              help="With --resume: resume even when OUT/run.json is unreadable or records other settings "
+                   "(run.json is rewritten from this run's settings).")
 @input_options
 @model_and_search_options
 def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_progress, overwrite, resume, force,
@@ -41,69 +56,158 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_pro
 
     Writes OUT/answers.jsonl (one record per problem, as soon as it finishes) and
     OUT/traces/<id>.json (the whole search tree); at the end OUT/summary.json (run totals and the
-    config used). A live dashboard shows progress on a terminal. Exit code 0 when every problem got an answer
-    record, 1 when some became error records, 2 for usage errors, 3 when OUT cannot be written
-    during the run (disk full), 130 when stopped by Ctrl-C (rerun with --resume to go on).
+    config used). A live dashboard shows progress on a terminal. Exit code 0 when every problem got
+    an answer record, 1 when some became error records, 2 for usage errors, 3 when OUT cannot be
+    written during the run (disk full), 130/143 when stopped by Ctrl-C/SIGTERM (rerun with --resume
+    to go on).
     """
-    from core.grading.equivalence import answers_equivalent
-    from core.io.resume import SkipCounts, skip_done, write_run_config
-    from core.io.writers import AnswerWriter, write_summary, write_trace
-    from core.metrics import final_summary, snapshot
-    from core.models.loader import ModelLoadError
-    from core.search.driver import SearchDriver
-    from core.solver import build_runtime
+    from core.io.output_folder import OutputFolderError, prepare_output
+    from core.models.specs import ModelSpecError, check_model_spec
 
     settings, search_cfg, policy = build_settings(opts)
     problem_input = open_input(problems, dataset, dataset_config, split, shuffle, search_cfg.seed, limit,
                                problem_field, answer_field, id_field)
-    source = problem_input.source
+    try:
+        check_model_spec(settings.generator, "--generator")
+        if settings.prm != settings.generator:
+            check_model_spec(settings.prm, "--prm")
+    except ModelSpecError as exc:
+        raise click.UsageError(str(exc)) from exc
     out = Path(out_dir) if out_dir else Path("runs") / problem_input.label
     ctx = click.get_current_context()
+    command = rerun_command(ctx, out, extra=())
     run_cfg = run_config(settings, search_cfg, policy, problem_input.config,
-                         {"problems": source, "limit": limit, "max_concurrent": max_concurrent, "traces": traces,
-                          "command": rerun_command(ctx, out, extra=())})
-    done = prepare_output(out, overwrite, resume, force, run_cfg)
-    if done.truncated_bytes:
-        click.echo(f"resume: cut a torn last line ({done.truncated_bytes} bytes) off {out / 'answers.jsonl'}; "
-                   f"its problem is solved again", err=True)
-    if done.unreadable:
-        click.echo(f"resume: ignored unreadable lines {', '.join(map(str, done.unreadable))} of "
-                   f"{out / 'answers.jsonl'}", err=True)
+                         {"problems": problem_input.source, "limit": limit, "max_concurrent": max_concurrent,
+                          "traces": traces, "command": command})
+    try:
+        prepared = prepare_output(out, run_cfg, overwrite=overwrite, resume=resume, force=force, traces=traces,
+                                  command=command)
+    except OutputFolderError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        with StopSignals() as signals:
+            code = _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, max_concurrent, traces,
+                        not (no_dashboard or no_progress), signals)
+    finally:
+        prepared.close()
+    sys.exit(code)
 
+
+def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, max_concurrent, traces, dashboard_on,
+         signals) -> int:
+    """Everything after the checks: load, write run.json, search, summarise. Returns the exit code."""
+    from core.io.durable import OutputWriteError
+    from core.io.resume import RUN_FILENAME, SkipCounts, skip_done, write_run_config
+    from core.io.writers import ANSWERS_FILENAME, SUMMARY_FILENAME
+
+    out, done = prepared.out, prepared.done
+    answers_path = out / ANSWERS_FILENAME
+    for note in prepared.notes:
+        click.echo(f"note: {note}", err=True)
+    _report_repairs(done, answers_path)
+    source = problem_input.source
     total = problem_input.total
-    if len(done) and total is not None:
-        # the input is read once more to count what is left (cheap next to the search)
-        kept = SkipCounts()
-        total = sum(1 for _ in skip_done(problem_input.open(), done, kept))
-        if total == 0:
-            click.echo(f"resume: every problem of {source} already has a record in {out / 'answers.jsonl'} "
-                       f"({kept.answers} answers, {kept.errors} error records); nothing to do", err=True)
-            sys.exit(EXIT_SOME_ERRORS if kept.errors else EXIT_OK)
+    if len(done):
+        left = None
+        if total is not None:
+            # the input is read once more to count what is left (cheap next to the search)
+            left = sum(1 for _ in skip_done(problem_input.open(), done, SkipCounts()))
+        click.echo(f"resume: keeping the {_n(done.answers, 'answer')} and {_n(done.errors, 'error record')} already "
+                   f"in {answers_path}; "
+                   + (f"{_n(left, 'problem')} of {total} left to solve" if left is not None else
+                      "solving the problems of the input that have none"), err=True)
+        if left == 0:
+            click.echo(f"resume: nothing to do: every problem of {source} has a record", err=True)
+            return EXIT_SOME_ERRORS if done.errors else EXIT_OK
 
     click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)...", err=True)
     try:
-        runtime = build_runtime(settings)
-    except (ModelLoadError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from exc
-    except KeyboardInterrupt:
-        click.echo("interrupted while loading models; nothing was solved", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        runtime = _load(settings)
+    except click.UsageError:
+        prepared.discard()  # a run that never started leaves no empty folder behind
+        raise
+    except Interrupted as stop:
+        prepared.discard()
+        click.echo(f"{stop.name} while loading models; nothing was solved", err=True)
+        return stop.exit_code
+    run_cfg["models"]["max_model_len"] = runtime.engine.max_model_len
+    run_cfg["info"]["prm_max_model_len"] = runtime.verifier.engine.max_model_len
     try:
         # written once the models load, so a run that never started leaves no settings to compare
         write_run_config(out, run_cfg)
-    except OSError as exc:
-        raise click.UsageError(f"cannot write {out / 'run.json'}: {exc.strerror or exc}") from exc
+    except OutputWriteError as exc:
+        click.echo(f"error: {exc}; nothing was solved", err=True)
+        return EXIT_WRITE_FAILED
 
     skipped = SkipCounts()
     stream = skip_done(problem_input.open(), done, skipped) if len(done) else problem_input.open()
-
-    tokenizer = runtime.generator.tokenizer
-    counts = {"done": 0, "errors": 0, "correct": 0, "graded": 0}
-    problem_started: dict[str, float] = {}
-
-    dashboard = Dashboard(total, enabled=not (no_dashboard or no_progress), stream=sys.stderr,
+    # the whole run's figures: records an earlier run wrote and this one kept count too
+    counts = {"done": done.answers, "errors": done.errors, "correct": done.correct, "graded": done.graded}
+    here = {"done": 0, "errors": 0}
+    dashboard = Dashboard(total, counts=counts, enabled=dashboard_on, stream=sys.stderr,
                           title=f"specscale solve · {source} · {policy}")
-    with AnswerWriter(out) as writer, dashboard as progress:
+    stopped: Interrupted | None = None
+    write_error: OutputWriteError | None = None
+    with dashboard as progress:
+        try:
+            _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here, progress,
+                    signals)
+        except Interrupted as stop:
+            stopped = stop
+        except OutputWriteError as exc:
+            write_error = exc
+    # the config part is run.json's content: the settings that decided the answers, as used
+    summary = dashboard.final_summary(run_cfg)
+    if summary is not None and write_error is None:
+        dashboard.console.print(summary_table(summary))
+
+    if summary is not None:
+        try:
+            from core.io.writers import write_summary
+
+            with signals.critical():
+                write_summary(out, summary)
+        except OutputWriteError as exc:
+            write_error = write_error or exc
+        except Interrupted:
+            pass  # a second signal while the summary was written: the answers are complete anyway
+    written = f"{_n(here['done'], 'answer')} and {_n(here['errors'], 'error record')} of this run are in {answers_path}"
+    if write_error is not None:
+        click.echo(f"error: {write_error}; {written} and complete. Free space in {out}, then go on with: "
+                   f"{rerun_command(ctx, out)}", err=True)
+        return EXIT_WRITE_FAILED
+    if stopped is not None:
+        hint = rerun_command(ctx, out)
+        if source == "<stdin>":
+            hint += "   (with the same input on stdin)"
+        click.echo(f"{'interrupted' if stopped.signum == signal.SIGINT else 'stopped by ' + stopped.name}: {written}; problems "
+                   f"still in flight were not written; summary -> {out / SUMMARY_FILENAME}. To go on: {hint}",
+                   err=True)
+        return stopped.exit_code
+    click.echo(f"answers -> {answers_path}, summary -> {out / SUMMARY_FILENAME}, settings -> {out / RUN_FILENAME}",
+               err=True)
+    return EXIT_SOME_ERRORS if counts["errors"] else EXIT_OK
+
+
+def _load(settings):
+    """Import the engine and load the models; a model that cannot be loaded is a usage error."""
+    from core.models.loader import ModelLoadError
+    from core.solver import build_runtime
+
+    try:
+        return build_runtime(settings)
+    except (ModelLoadError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here, progress,
+            signals):
+    """Run the driver over ``stream``, writing each record as its problem finishes; returns RunStats."""
+    from core.grading.equivalence import answers_equivalent
+    from core.io.writers import AnswerWriter, write_trace
+    from core.search.driver import SearchDriver
+
+    with AnswerWriter(out) as writer:
 
         def on_result(problem, result, search):
             gold = problem.answer
@@ -111,64 +215,54 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_pro
             if gold is not None:
                 record["correct"] = answers_equivalent(result["pred"], gold)
                 record["vote_correct"] = answers_equivalent(result["vote_pred"], gold)
-                counts["graded"] += 1
-                counts["correct"] += int(record["correct"])
             record.update(result)
             record["policy"] = search.policy
             record["time_s"] = round(time.perf_counter() - search.tree.t0, 3)
+            trace = None
             if traces:
                 trace = search.tree.to_dict()
                 trace["policy"] = search.policy
-                write_trace(out, problem.id, trace)
-            # the answer line comes last: once it is on disk the problem is done, trace included
-            # (--resume skips it); a run stopped before it leaves a trace that the rerun replaces
-            writer.write(record)
-            counts["done"] += 1
+            # one problem's files are written whole: a stop signal waits for the end of this block
+            with signals.critical():
+                if trace is not None:
+                    write_trace(out, problem.id, trace)
+                # the answer line comes last: once it is on disk the problem is done, trace included
+                # (--resume skips it); a run stopped before it leaves a trace that the rerun replaces
+                writer.write(record)
+                counts["done"] += 1
+                here["done"] += 1
+                if gold is not None:
+                    counts["graded"] += 1
+                    counts["correct"] += int(record["correct"])
             progress.advance(counts)
 
         def on_error(err):
-            writer.write({"id": err.id, "line": err.line, "error": {"field": err.field, "message": err.message,
-                                                                    "where": err.describe()}})
+            with signals.critical():
+                writer.write({"id": err.id, "line": err.line, "error": {"field": err.field, "message": err.message,
+                                                                        "where": err.describe()}})
+                counts["errors"] += 1
+                here["errors"] += 1
             click.echo(f"error: {err.describe()}", err=True)
-            counts["errors"] += 1
             progress.advance(counts)
 
-        driver = SearchDriver(runtime.engine, tokenizer, runtime.generator.eos_token_ids, runtime.verifier,
-                              runtime.scorer, search_cfg, policy=policy, max_concurrent=max_concurrent,
-                              on_result=on_result, on_error=on_error, source=source,
+        driver = SearchDriver(runtime.engine, runtime.generator.tokenizer, runtime.generator.eos_token_ids,
+                              runtime.verifier, runtime.scorer, search_cfg, policy=policy,
+                              max_concurrent=max_concurrent, on_result=on_result, on_error=on_error, source=source,
                               on_iteration=lambda stats: progress.update(stats, runtime))
-        interrupted = False
-        try:
-            stats = driver.run(stream)
-        except KeyboardInterrupt:
-            # Ctrl-C: admit nothing more; problems in flight are dropped (their records were never
-            # started), every record already written is whole; the writer closes on leaving `with`
-            interrupted = True
-        except OSError as exc:
-            # the disk filled up (or OUT vanished): what was written so far is complete and kept
-            click.echo(f"error: cannot write to {out}: {exc.strerror or exc}; {counts['done']} answers and "
-                       f"{counts['errors']} error records were written before this", err=True)
-            sys.exit(EXIT_WRITE_FAILED)
+        progress.attach(driver.stats, runtime)
+        return driver.run(stream)
 
-    if interrupted:
-        hint = rerun_command(ctx, out)
-        if source == "<stdin>":
-            hint += "   (with the same input on stdin)"
-        click.echo(f"interrupted: {counts['done']} answers and {counts['errors']} error records of this run are in "
-                   f"{out / 'answers.jsonl'}; problems still in flight were not written. "
-                   f"To go on: {hint}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    if len(done):
-        click.echo(f"resume: {skipped.answers} answers and {skipped.errors} error records were already in "
-                   f"{out / 'answers.jsonl'} and were kept", err=True)
 
-    # the config part is run.json's content: the settings that decided the answers, as used
-    summary = final_summary(snapshot(stats, runtime.engine, runtime.verifier, counts, total), run_cfg)
-    progress.console.print(summary_table(summary))
-    try:
-        write_summary(out, summary)
-    except OSError as exc:
-        click.echo(f"error: cannot write {out / 'summary.json'}: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_WRITE_FAILED)
-    click.echo(f"answers -> {out / 'answers.jsonl'}, summary -> {out / 'summary.json'}", err=True)
-    sys.exit(EXIT_SOME_ERRORS if counts["errors"] or skipped.errors else EXIT_OK)
+def _report_repairs(done, answers_path: Path) -> None:
+    if done.truncated_bytes:
+        click.echo(f"resume: cut a torn last line ({done.truncated_bytes} bytes) off {answers_path}; its problem is "
+                   f"solved again", err=True)
+    if done.unreadable:
+        where = f"; they are kept in {done.removed_to}" if done.removed_to else ""
+        click.echo(f"resume: removed unreadable lines {', '.join(map(str, done.unreadable))} (torn fragments of an "
+                   f"interrupted write) from {answers_path}{where}", err=True)
+
+
+def _n(count: int, word: str) -> str:
+    """``1 answer``, ``2 answers``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"

@@ -36,7 +36,7 @@ def _run(loaded, policy, overrides):
     counts = {"done": 0, "errors": 0, "correct": 0, "graded": 0}
     results, trees, live = {}, {}, []
     stream = io.StringIO()
-    dash = Dashboard(len(PROBLEMS), stream=stream, refresh_s=0, log_every_s=0)
+    dash = Dashboard(len(PROBLEMS), stream=stream, refresh_s=0, log_every_s=0.01)
 
     def on_result(problem, result, search):
         results[problem.id] = result
@@ -53,7 +53,9 @@ def _run(loaded, policy, overrides):
     driver = SearchDriver(rt.engine, loaded.tokenizer, loaded.eos_token_ids, rt.verifier, rt.scorer,
                           SearchConfig(**{**BASE, **overrides}), policy=policy, max_concurrent=3,
                           on_result=on_result, on_iteration=on_iteration)
-    stats = driver.run(PROBLEMS)
+    dash.attach(driver.stats, rt)
+    with dash:
+        stats = driver.run(PROBLEMS)
     final = snapshot(stats, rt.engine, rt.verifier, counts, len(PROBLEMS))
     return dict(rt=rt, counts=counts, results=results, trees=trees, live=live, final=final, log=stream.getvalue(),
                 dash=dash)
@@ -134,7 +136,8 @@ def test_panel_and_summary_render(run):
     text = console.file.getvalue()
     for part in ("specscale solve · test", "3/3", "12.3 now", f"{s['generated_tokens']:,} tokens generated",
                  f"generator 0/{s['kv_blocks_total']:,} (peak {s['kv_blocks_peak']:,})",
-                 f"{s['pruned_ep']} candidates pruned by EP", f"{s['cd_saved_tokens']:,} tokens saved by CD",
+                 f"{s['pruned_ep']} candidate{'s' * (s['pruned_ep'] != 1)} pruned by EP",
+                 f"{s['cd_saved_tokens']:,} token{'s' * (s['cd_saved_tokens'] != 1)} saved by CD",
                  f"{s['correct']}/3", "PRM queue", "errors"):
         assert part in text, (part, text)
     for trigger, n in s["flushes_by_trigger"].items():
@@ -158,7 +161,7 @@ def test_token_rate_window():
 
 SUMMARY_KEYS = {
     "problems_total", "problems_answered", "errors", "graded", "correct", "accuracy", "wall_s", "generated_tokens",
-    "tokens_per_s", "engine_steps", "preemptions", "kv_blocks_total", "kv_blocks_peak", "prm_kv_blocks_total",
+    "tokens_per_s", "engine_steps", "preemptions", "prm_preemptions", "kv_blocks_total", "kv_blocks_peak", "prm_kv_blocks_total",
     "prm_kv_blocks_peak", "prm_calls", "flushes_by_trigger", "prm_tasks", "prm_prefills", "prm_input_tokens",
     "prm_computed_tokens", "prm_mean_batch_tasks", "prm_mean_batch_tokens", "prm_mean_batch_computed_tokens",
     "prm_queued_s", "pruned_ep", "pruned_by_rule", "cancelled_by_rule", "cd_saved_tokens", "generation_s",

@@ -161,5 +161,6 @@ def test_solve_stdin_with_custom_field_names(tiny_dir, tmp_path):
     recs = {r["id"]: r for r in records(out)}
     assert recs.keys() == {"q0", "q1", "no-prompt"}
     assert [recs[f"q{i}"]["gold"] for i in range(2)] == [r["answer"] for r in GSM8K_ROWS[:2]]
-    assert recs["no-prompt"]["error"]["where"] == "<stdin>:2: field 'prompt': missing or empty"
-    assert "error: <stdin>:2: field 'prompt': missing or empty" in res.output
+    where = "<stdin>:2: field 'prompt': missing; fields present: uid, problem; use --problem-field problem"
+    assert recs["no-prompt"]["error"]["where"] == where
+    assert f"error: {where}" in res.output

@@ -231,7 +231,9 @@ def test_problem_missing_or_empty(tmp_path, record):
     f = write_lines(tmp_path / "problems.jsonl", [record])
     (e,) = read_problems(f)
     assert isinstance(e, ProblemError)
-    assert (e.id, e.line, e.field, e.message) == ("x", 1, "problem", "missing or empty")
+    assert (e.id, e.line, e.field) == ("x", 1, "problem")
+    absent = "missing (also looked for 'question'); fields present: id; choose the field with --problem-field"
+    assert e.message == (absent if "problem" not in record else "missing or empty")
 
 
 @pytest.mark.parametrize("value, kind", [(5, "number"), (["a"], "array"), ({"t": 1}, "object"),
@@ -341,7 +343,7 @@ def test_describe_format():
 
 def test_describe_from_reader(tmp_path):
     f = write_lines(tmp_path / "problems.jsonl", [
-        {"id": "a", "problem": "p"}, {"id": "b"}])
+        {"id": "a", "problem": "p"}, {"id": "b", "problem": " "}])
     _, e = read_problems(f)
     assert e.describe() == f"{f}:2: field 'problem': missing or empty"
     assert "\n" not in e.describe()
@@ -438,11 +440,11 @@ def test_answer_writer_appends_across_reopen(tmp_path):
 
 
 def test_answer_writer_fsyncs_every_record(tmp_path, monkeypatch):
-    import core.io.writers as writers
+    import os
 
     synced = []
-    real_fsync = writers.os.fsync
-    monkeypatch.setattr(writers.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
     with AnswerWriter(tmp_path) as w:
         before = len(synced)
         w.write({"id": "a"})

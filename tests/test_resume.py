@@ -127,7 +127,7 @@ def test_interrupt_then_resume_equals_uninterrupted_run(tiny_dir, reference, tmp
 
     def step(self):
         if written:
-            raise KeyboardInterrupt
+            signal.raise_signal(signal.SIGINT)  # a real Ctrl-C, delivered mid-step
         return real_step(self)
 
     monkeypatch.setattr(AnswerWriter, "write", write)
@@ -217,7 +217,7 @@ def test_error_records_are_kept_not_retried(tiny_dir, tmp_path):
     before = records(out)
     src.write_text('{"id": "fixed", "problem": "What is 2 + 2?"}\n' + good + "\n")  # line 1 fixed since
     res = run_solve([str(src), "-o", str(out), "--resume"], tiny_dir)
-    assert res.exit_code == 1 and "nothing to do" in res.output and "(1 answers, 1 error records)" in res.output
+    assert res.exit_code == 1 and "nothing to do" in res.output and "keeping the 1 answer and 1 error record" in res.output
     assert records(out) == before
 
 
@@ -257,13 +257,14 @@ def test_sigint_stops_a_real_process_and_resume_finishes(tiny_dir, tmp_path):
     hint = stderr.split("To go on: ", 1)[1].splitlines()[0]
     assert hint.endswith("(with the same input on stdin)")
     argv = shlex.split(hint.split("   (", 1)[0])
-    assert argv[:3] == ["specscale", "solve", "-"] and argv[-1] == "--resume"
+    # the program as it was started (here a module run), so the line can be pasted as it is
+    assert argv[:5] == [sys.executable, "-m", "specscale_cli", "solve", "-"] and argv[-1] == "--resume"
 
     from click.testing import CliRunner
 
     from specscale_cli.main import cli
 
-    res = CliRunner().invoke(cli, argv[1:], input=problems, catch_exceptions=False)
+    res = CliRunner().invoke(cli, argv[3:], input=problems, catch_exceptions=False)
     assert res.exit_code == 0, res.output
     recs = records(out)
     assert recs[: len(first)] == first

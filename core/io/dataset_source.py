@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 from .problems import DEFAULT_PROBLEM_FIELDS, Problem, ProblemError, parse_record
 
 # builder of the `datasets` library for each local data-file extension
-DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 # split used when none is asked for and the dataset has several (benchmarks are scored on test)
 DEFAULT_SPLIT = "test"
 _MAX_MESSAGE = 300

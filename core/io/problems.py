@@ -105,6 +105,12 @@ def _bad_utf8_message(raw: bytes) -> str | None:
 
 
 DEFAULT_PROBLEM_FIELDS = ("problem", "question")
+# the longest input line read: a problem statement is kilobytes, and a line of hundreds of MB
+# (a file of another kind, a broken export) must not be read into memory whole
+MAX_LINE_BYTES = 16 << 20
+# field names that commonly hold a problem statement in other datasets, tried first when a record
+# lacks the expected field and the error suggests --problem-field
+_LIKELY_PROBLEM_FIELDS = ("prompt", "input", "query", "instruction", "text", "content", "statement")
 
 
 def read_problems(
@@ -154,7 +160,11 @@ def _iter_problems(
     # duplicate does not depend on whether an earlier line happened to be valid.
     seen: dict[str, int] = {}
     try:
-        for lineno, raw in enumerate(fh, start=1):
+        for lineno, raw, size in iter_lines(fh):
+            if raw is None:
+                yield ProblemError(None, lineno, None, f"line of {size / (1 << 20):.1f} MiB, more than the "
+                                   f"{MAX_LINE_BYTES >> 20} MiB a problem record may hold; not read", source)
+                continue
             if lineno == 1 and raw.startswith(_UTF8_BOM):
                 # Editors on Windows often save with a BOM; orjson would reject the whole line.
                 raw = raw[len(_UTF8_BOM):]
@@ -164,6 +174,38 @@ def _iter_problems(
     finally:
         if owned:
             fh.close()
+
+
+def iter_lines(fh: IO[bytes], max_bytes: int | None = None) -> Iterator[tuple[int, bytes | None, int]]:
+    """The lines of a binary stream, each read with a size limit so one giant line cannot fill memory.
+
+    Args:
+        fh: the stream.
+        max_bytes: longest line kept (default :data:`MAX_LINE_BYTES`); a longer one is read through
+            in 1 MiB pieces and dropped.
+
+    Returns:
+        An iterator of ``(1-based line number, line bytes with its ending or None when too long,
+        line size in bytes)``.
+    """
+    limit = MAX_LINE_BYTES if max_bytes is None else max_bytes
+    lineno = 0
+    while True:
+        raw = fh.readline(limit + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield lineno, raw, len(raw)
+            continue
+        size = len(raw)
+        del raw
+        while True:
+            piece = fh.readline(1 << 20)
+            size += len(piece)
+            if not piece or piece.endswith(b"\n"):
+                break
+        yield lineno, None, size
 
 
 def _parse_line(
@@ -203,6 +245,17 @@ def gold_answer(raw: str) -> str:
     if hashed is None:
         raise ValueError("has '####' but no answer after it")
     return hashed
+
+
+def _missing_problem_message(obj: dict, problem_fields: Sequence[str], answer_field: str, id_field: str) -> str:
+    """``missing (also looked for 'question'); fields present: prompt, id; use --problem-field prompt``."""
+    others = ", ".join(repr(f) for f in problem_fields[1:])
+    also = f" (also looked for {others})" if others else ""
+    present = ", ".join(obj) or "none"
+    text_fields = [k for k, v in obj.items() if isinstance(v, str) and v.strip() and k not in (answer_field, id_field)]
+    likely = [k for k in _LIKELY_PROBLEM_FIELDS if k in text_fields] + text_fields
+    hint = f"; use --problem-field {likely[0]}" if likely else "; choose the field with --problem-field"
+    return f"missing{also}; fields present: {present}{hint}"
 
 
 def parse_record(
@@ -262,7 +315,9 @@ def parse_record(
             return error(f"duplicate id {pid!r} (first seen on line {first})", id_field, pid)
         seen[pid] = line
 
-    pfield = next((name for name in problem_fields if name in obj), problem_fields[0])
+    pfield = next((name for name in problem_fields if name in obj), None)
+    if pfield is None:
+        return error(_missing_problem_message(obj, problem_fields, answer_field, id_field), problem_fields[0], pid)
     text = obj.get(pfield)
     if text is not None and not isinstance(text, str):
         return error(f"must be a string, got {_type_name(text)}", pfield, pid)

@@ -15,13 +15,13 @@ without a record there. Two files make that safe:
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import orjson
 
+from .durable import write_atomically
 from .problems import Problem, ProblemError
 
 RUN_FILENAME = "run.json"
@@ -42,8 +42,11 @@ class DoneRecords:
         error_lines: line -> ids of the error records written for that input line (None when the
             line's id could not be read, e.g. invalid JSON).
         answers/errors: how many answer and error records the file holds.
+        graded/correct: answer records with a ``correct`` field, and how many of them are correct.
         unreadable: 1-based line numbers of ``answers.jsonl`` lines that are not JSON objects
-            with an ``id`` (ignored; only a hand-edited file has them).
+            with an ``id`` (a torn fragment of a killed write, or a hand edit).
+        removed_to: where :func:`scan_answers` moved the unreadable lines when it repaired the
+            file (None when it did not).
         truncated_bytes: size of the torn last line cut off by :func:`scan_answers`.
     """
 
@@ -51,7 +54,10 @@ class DoneRecords:
     error_lines: dict[int, set[str | None]] = field(default_factory=dict)
     answers: int = 0
     errors: int = 0
+    graded: int = 0
+    correct: int = 0
     unreadable: list[int] = field(default_factory=list)
+    removed_to: Path | None = None
     truncated_bytes: int = 0
 
     def __len__(self) -> int:
@@ -74,19 +80,21 @@ class DoneRecords:
 
 
 def scan_answers(path: str | Path, truncate: bool = True) -> DoneRecords:
-    """Read an ``answers.jsonl`` written by :class:`core.io.writers.AnswerWriter`.
+    """Read an ``answers.jsonl`` written by :class:`core.io.writers.AnswerWriter`, repairing it.
 
     Args:
         path: the file; a missing file gives empty :class:`DoneRecords`.
-        truncate: cut a torn last line (no trailing newline, not a whole JSON object) off the file,
-            and add the missing newline after a last record that is whole, so appending goes on
-            from a clean line end.
+        truncate: repair the file: cut a torn last line (no trailing newline, not a whole JSON
+            object) off, add the missing newline after a last record that is whole, and rewrite
+            the file atomically without unreadable lines (torn fragments in the middle, left when
+            a killed run's fragment was followed by later records); those lines are appended to
+            ``<path>.removed`` first, so nothing is lost.
 
     Returns:
-        The records found.
+        The records found (unreadable and removed lines reported in it).
 
     Raises:
-        OSError: the file cannot be read or truncated.
+        OSError: the file cannot be read or repaired.
     """
     done = DoneRecords()
     path = Path(path)
@@ -114,28 +122,47 @@ def scan_answers(path: str | Path, truncate: bool = True) -> DoneRecords:
                     fh.truncate(len(data) - len(tail))
                     fh.flush()
                     os.fsync(fh.fileno())
+    kept: list[bytes] = []
+    removed: list[bytes] = []
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
-        try:
-            rec = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            done.unreadable.append(number)
-            continue
-        if not isinstance(rec, dict) or "id" not in rec:
-            done.unreadable.append(number)
-            continue
-        if "error" in rec:
-            line = rec.get("line")
-            if not isinstance(line, int):
-                done.unreadable.append(number)
-                continue
-            done.error_lines.setdefault(line, set()).add(rec["id"])
-            done.errors += 1
+        if _count_record(raw, done):
+            kept.append(raw)
         else:
-            done.answered.add(str(rec["id"]))
-            done.answers += 1
+            done.unreadable.append(number)
+            removed.append(raw)
+    if truncate and removed:
+        done.removed_to = path.with_name(path.name + ".removed")
+        with open(done.removed_to, "ab") as fh:
+            fh.write(b"".join(raw + b"\n" for raw in removed))
+            fh.flush()
+            os.fsync(fh.fileno())
+        write_atomically(path, b"".join(raw + b"\n" for raw in kept))
     return done
+
+
+def _count_record(raw: bytes, done: DoneRecords) -> bool:
+    """Count one line of answers.jsonl into ``done``; False when it is not a readable record."""
+    try:
+        rec = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(rec, dict) or "id" not in rec:
+        return False
+    if "error" in rec:
+        line = rec.get("line")
+        if not isinstance(line, int):
+            return False
+        done.error_lines.setdefault(line, set()).add(rec["id"])
+        done.errors += 1
+    else:
+        done.answered.add(str(rec["id"]))
+        done.answers += 1
+        if "correct" in rec:
+            done.graded += 1
+            done.correct += bool(rec["correct"])
+    return True
 
 
 @dataclass
@@ -193,26 +220,10 @@ def write_run_config(out_dir: str | Path, config: dict) -> Path:
 
     Raises:
         TypeError: ``config`` is not JSON-serialisable (nothing is written then).
-        OSError: the file cannot be written.
+        OutputWriteError: the file cannot be written (an earlier run.json is kept).
     """
-    out_dir = Path(out_dir)
-    target = out_dir / RUN_FILENAME
     data = orjson.dumps(config, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".run.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return target
+    return write_atomically(Path(out_dir) / RUN_FILENAME, data)
 
 
 def _flatten(value, prefix: str = "") -> dict[str, object]:

@@ -15,13 +15,13 @@ atomically, so whatever was reported as written survives and no file is ever lef
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from pathlib import Path
 from types import TracebackType
 
 import orjson
+
+from .durable import DurableAppender, OutputWriteError, write_atomically
 
 ANSWERS_FILENAME = "answers.jsonl"
 TRACES_DIRNAME = "traces"
@@ -35,20 +35,6 @@ _WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 1
                      *(f"LPT{i}" for i in range(1, 10))}
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Persist a directory entry (new or renamed file) where the platform allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # Windows cannot open directories; its rename is durable enough for our purpose.
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class AnswerWriter:
     """Appends one JSON line per record to ``OUT/answers.jsonl``, durably.
 
@@ -59,39 +45,34 @@ class AnswerWriter:
         out_dir: output directory; created (with parents) if missing.
 
     Raises:
-        OSError: the directory cannot be created or the file cannot be opened.
+        OutputWriteError: the directory cannot be created or the file cannot be opened or written.
     """
 
     def __init__(self, out_dir: str | Path) -> None:
         self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir / ANSWERS_FILENAME
-        existed = self.path.exists()
-        self._fh = open(self.path, "ab")
-        if not existed:
-            _fsync_dir(self.out_dir)
-        elif self._ends_without_newline():
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputWriteError(self.out_dir, exc) from exc
+        self._file = DurableAppender(self.path)
+        if self._ends_without_newline():
             # A previous run died mid-line; start on a fresh line so the next record is not glued
             # onto the torn fragment (readers then lose only that fragment, not our record too).
-            self._fh.write(b"\n")
-            self._sync()
+            self._file.append(b"\n")
 
     def _ends_without_newline(self) -> bool:
-        size = self.path.stat().st_size
+        size = self._file.size()
         if size == 0:
             return False
         with open(self.path, "rb") as fh:
             fh.seek(size - 1)
             return fh.read(1) != b"\n"
 
-    def _sync(self) -> None:
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
     @property
     def closed(self) -> bool:
         """True once :meth:`close` has been called."""
-        return self._fh.closed
+        return self._file.closed
 
     def write(self, record: dict) -> None:
         """Append ``record`` as one JSON line and force it to disk before returning.
@@ -103,19 +84,21 @@ class AnswerWriter:
         Raises:
             TypeError: ``record`` is not serialisable by orjson (nothing is written then).
             ValueError: the writer is closed.
-            OSError: the write or fsync failed (e.g. disk full).
+            OutputWriteError: the write or fsync failed (e.g. disk full); the file still ends after
+                the last whole record.
         """
-        if self._fh.closed:
+        if self.closed:
             raise ValueError(f"AnswerWriter for {self.path} is closed")
         # Serialise before touching the file so a bad record cannot leave a partial line.
-        line = orjson.dumps(record) + b"\n"
-        self._fh.write(line)
-        self._sync()
+        self._file.append(orjson.dumps(record) + b"\n")
 
     def close(self) -> None:
-        """Close the file. Safe to call more than once."""
-        if not self._fh.closed:
-            self._fh.close()
+        """Close the file. Safe to call more than once.
+
+        Raises:
+            OutputWriteError: the close reported a deferred write error.
+        """
+        self._file.close()
 
     def __enter__(self) -> AnswerWriter:
         return self
@@ -178,14 +161,16 @@ def write_trace(out_dir: str | Path, problem_id: str, trace: dict) -> Path:
 
     Raises:
         TypeError: ``trace`` is not serialisable by orjson (nothing is written then).
-        OSError: the directory or file cannot be written.
+        OutputWriteError: the directory or file cannot be written (the old file, if any, is kept).
     """
     traces_dir = Path(out_dir) / TRACES_DIRNAME
-    traces_dir.mkdir(parents=True, exist_ok=True)
-    target = traces_dir / safe_filename(problem_id)
+    try:
+        traces_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputWriteError(traces_dir, exc) from exc
     # Indented: traces are meant to be read by people as well as by the `trace` command.
-    _replace_atomically(target, orjson.dumps(trace, option=orjson.OPT_INDENT_2) + b"\n")
-    return target
+    data = orjson.dumps(trace, option=orjson.OPT_INDENT_2) + b"\n"
+    return write_atomically(traces_dir / safe_filename(problem_id), data)
 
 
 def write_summary(out_dir: str | Path, summary: dict) -> Path:
@@ -193,32 +178,7 @@ def write_summary(out_dir: str | Path, summary: dict) -> Path:
 
     Raises:
         TypeError: ``summary`` is not serialisable by orjson (nothing is written then).
-        OSError: the file cannot be written.
+        OutputWriteError: the file cannot be written (the old file, if any, is kept).
     """
-    target = Path(out_dir) / SUMMARY_FILENAME
-    _replace_atomically(target, orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
-    return target
-
-
-def _replace_atomically(target: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file next to ``target``, fsync it, then rename it over ``target``."""
-    directory = target.parent
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.stem[:40]}.", suffix=".tmp")
-    try:
-        # mkstemp creates 0600; these files are as readable as answers.jsonl (umask applies)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            # Without this a machine crash right after the rename can leave an empty file.
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
+    data = orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n"
+    return write_atomically(Path(out_dir) / SUMMARY_FILENAME, data)

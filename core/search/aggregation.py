@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from core.grading.equivalence import answers_equivalent
-
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
     "last": lambda s: s[-1],
     "min": min,
@@ -32,6 +30,9 @@ def weighted_vote(answers: Sequence[str | None], weights: Sequence[float]) -> tu
     Returns ``(answer, its summed weight)``; ``(None, 0.0)`` when no path has an answer. Ties go to
     the group seen first (paths come best-first, so that is the best path's group).
     """
+    # imported here: math-verify (sympy) takes a second to import, and settings checks need only AGGREGATIONS
+    from core.grading.equivalence import answers_equivalent
+
     groups: list[tuple[str, float]] = []
     for ans, w in zip(answers, weights):
         if ans is None:

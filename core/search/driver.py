@@ -31,6 +31,8 @@ class RunStats:
 
     generated_tokens: tokens sampled, one per logical candidate. cd_saved_tokens: of those, tokens
     computed once for several candidates (CD). prunes: candidates ended by each policy rule.
+    in_flight: problem id -> admission time (``time.perf_counter()``) of the problems being searched.
+    problem_seconds: seconds from admission to answer, summed over the problems answered.
     """
 
     started: float = field(default_factory=time.perf_counter)
@@ -41,10 +43,27 @@ class RunStats:
     engine_steps: int = 0
     cd_saved_tokens: int = 0
     prunes: PruneCounts = field(default_factory=PruneCounts)
+    in_flight: dict[str, float] = field(default_factory=dict)
+    problem_seconds: float = 0.0
 
     @property
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
+
+
+def longest_token_chars(tokenizer) -> int:
+    """The most characters one token of ``tokenizer`` can decode to (an upper bound).
+
+    A vocabulary entry spells its token with at least as many characters as the token decodes to
+    (byte-level BPE writes one character per byte; SentencePiece writes pieces or ``<0x..>``
+    bytes), so the longest entry bounds the text one token can cover. 1 when the tokenizer has
+    no vocabulary to read.
+    """
+    try:
+        vocab = tokenizer.get_vocab()
+    except (AttributeError, NotImplementedError):
+        return 1 << 10
+    return max((len(piece) for piece in vocab), default=1) or 1
 
 
 class SearchDriver:
@@ -89,8 +108,15 @@ class SearchDriver:
         self.source = source
         self.stats = RunStats()
         self.active: list[tuple[Problem, Any]] = []
+        # a problem longer than this cannot fit the context whatever its tokens (each token spells
+        # at most this many characters), so it is refused before tokenizing megabytes of text
+        self.max_problem_chars = engine.max_model_len * longest_token_chars(tokenizer)
 
     def _admit(self, problem: Problem) -> None:
+        if len(problem.problem) > self.max_problem_chars:
+            self._fail(problem, "problem", f"{len(problem.problem):,} characters cannot fit the model context "
+                                           f"({self.engine.max_model_len} tokens); not tokenized")
+            return
         try:
             prompt = chat_prompt_ids(self.tokenizer, problem.problem, self.config.system_prompt)
         except ValueError as exc:
@@ -105,6 +131,7 @@ class SearchDriver:
                                  eos_token_ids=self.eos_token_ids, prune_counts=self.stats.prunes)
         search.start()
         self.active.append((problem, search))
+        self.stats.in_flight[problem.id] = search.tree.t0
 
     def _fail(self, problem: Problem, fld: str, message: str) -> None:
         self.stats.problems_failed += 1
@@ -126,6 +153,7 @@ class SearchDriver:
             if entry is None:
                 continue  # its problem was given up for an earlier task of this queue
             self.active.remove(entry)
+            self.stats.in_flight.pop(entry[0].id, None)
             search.abort()
             failed = True
             self._fail(entry[0], "problem", f"a candidate path needs {len(task.request.token_ids)} tokens of PRM "
@@ -197,6 +225,8 @@ class SearchDriver:
                 self.active.remove(entry)
                 problem, search = entry
                 self.stats.problems_done += 1
+                self.stats.problem_seconds += time.perf_counter() - self.stats.in_flight.pop(problem.id,
+                                                                                             search.tree.t0)
                 self.on_result(problem, search.result(), search)
             self.on_iteration(self.stats)
             if not progressed and self.active:
