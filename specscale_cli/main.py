@@ -19,15 +19,11 @@ def cli(verbose):
     """SpecScale: PRM-guided (speculative) beam search for LLM math reasoning on one engine."""
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    # transformers' per-tensor progress bars drown the run's own output
+    # transformers' per-tensor progress bars and advisory warnings drown the run's own output; set
+    # through the environment, which transformers reads when it is imported, because importing it
+    # here would cost every command (and every usage error) most of a second
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 cli.add_command(solve)

@@ -142,6 +142,46 @@ class DatasetRows:
                                id_prefix="row")
 
 
+def local_columns(path: Path) -> list[str] | None:
+    """Column names of a local ``.csv``, ``.parquet`` or JSON Lines file, read without `datasets`.
+
+    `datasets` takes one to two seconds to import; a file that lacks the problem column is a usage
+    error that should answer at once. Reads the CSV header, the parquet schema, or the keys of the
+    first JSON line. None when the file is of another kind or its first record cannot be read
+    this way (then `datasets` decides).
+    """
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".csv":
+            import csv
+
+            with open(path, newline="", encoding="utf-8-sig") as fh:
+                return next(csv.reader(fh), None)
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(path).names)
+        if suffix in (".json", ".jsonl"):
+            import orjson
+
+            from .problems import iter_lines
+
+            with open(path, "rb") as fh:
+                for _, raw, _ in iter_lines(fh):
+                    if raw is not None and raw.strip():
+                        first = orjson.loads(raw)
+                        return list(first) if isinstance(first, dict) else None
+    except Exception:  # noqa: BLE001 - any doubt is left to `datasets`, which reports it in full
+        return None
+    return None
+
+
+def _missing_problem_column(source: str, columns: Sequence[str], problem_fields: Sequence[str]) -> DatasetError:
+    wanted = " or ".join(repr(f) for f in problem_fields)
+    return DatasetError(f"{source}: no column {wanted} (columns: {', '.join(columns)}); choose one with "
+                        f"--problem-field")
+
+
 def open_dataset(
     name_or_path: str,
     split: str | None = None,
@@ -174,14 +214,17 @@ def open_dataset(
     """
     import numpy as np
 
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        columns = local_columns(path)
+        if columns is not None and not any(f in columns for f in problem_fields):
+            raise _missing_problem_column(name_or_path, columns, problem_fields)
     dataset_dict = _load(name_or_path, config)
     split = _pick_split(dataset_dict, name_or_path, split)
     ds = dataset_dict[split]
     source = f"{name_or_path}[{split}]"
     if not any(f in ds.column_names for f in problem_fields):
-        wanted = " or ".join(repr(f) for f in problem_fields)
-        raise DatasetError(f"{source}: no column {wanted} (columns: {', '.join(ds.column_names)}); "
-                           f"choose one with --problem-field")
+        raise _missing_problem_column(source, ds.column_names, problem_fields)
     order = np.random.default_rng(seed).permutation(len(ds)) if shuffle else np.arange(len(ds))
     if limit is not None:
         order = order[:limit]

@@ -124,7 +124,8 @@ def check_shape(out: Path, resume: bool, force: bool, traces: bool) -> None:
     run_json = out / RUN_FILENAME
     if run_json.exists() and not run_json.is_file() and not (resume and force):
         raise OutputFolderError(f"{run_json} is a {_kind(run_json)}, not a file; move it away"
-                                + (" or pass --force to move it aside" if resume else ""))
+                                + (", or pass --force to resume anyway (it is moved aside and run.json rewritten "
+                                   "from this run's settings)" if resume else ""))
 
 
 def _kind(path: Path) -> str:
