@@ -205,3 +205,53 @@ def test_no_progress_is_a_hidden_alias():
 
     help_text = CliRunner().invoke(cli, ["solve", "--help"]).output
     assert "--no-dashboard" in help_text and "--no-progress" not in help_text
+
+
+def test_token_rate_at_falls_while_no_token_arrives():
+    rate = TokenRate(window_s=8.0)
+    rate.add(0.0, 0)
+    rate.add(2.0, 100)
+    assert rate.rate_at(2.0) == 50.0
+    # a PRM flush: no sample for 6 s, the window's tokens spread over more time
+    assert rate.rate_at(8.0) == 100 / 8
+    # 8 s after the last token the window (2 s .. 10 s) holds none: the rate is 0, not a frozen 50
+    assert rate.rate_at(10.0) == 0.0
+
+
+def test_eta_counts_work_done_on_problems_in_flight():
+    from core.metrics import estimate_eta
+
+    # 32 problems admitted at once, 100 in all; the first is answered after 60 s while the other
+    # 31 have run 60 s too: they count 0.95 done each, so the estimate is ~2.3 waves, not 99
+    eta = estimate_eta(60.0, 99, 1, 60.0, [60.0] * 31)
+    assert eta == pytest.approx((99 - 31 * 0.95) / ((1 + 31 * 0.95) / 60.0))
+    assert 120 < eta < 150  # answers alone would say 99 * 60 = 5940 s
+    assert estimate_eta(60.0, 99, 0, 0.0, [60.0] * 32) is None  # before the first answer: no estimate
+    assert estimate_eta(10.0, 0, 4, 40.0, []) == 0.0
+
+
+def _panel_text(snap, width):
+    console = Console(file=io.StringIO(), width=200)
+    console.print(render_panel(snap, width=width))
+    return console.file.getvalue()
+
+
+def test_panel_keeps_one_width_and_cuts_rows(run):
+    _, r = run
+    snap = dict(r["final"], tokens_per_s_now=1.0)
+    for width in (40, 60, 100):
+        lines = _panel_text(snap, width).splitlines()
+        assert {len(line) for line in lines} == {width}  # every row cut to the width: no wrap, no stale copy
+        assert len(lines) == 12  # ten rows and two borders at any width
+
+
+def test_accuracy_pending_and_plurals(run):
+    _, r = run
+    snap = dict(r["final"], problems_answered=0, graded=0, correct=0, accuracy=None, logical_candidates=1,
+                queue_tasks=1, queue_tokens=1, pruned_ep=1, cd_saved_tokens=1)
+    text = _panel_text(snap, 140)
+    assert "pending (no answer yet)" in text and "no gold answers" not in text
+    for part in ("1 candidate ·", "1 task ·", "1 token", "1 candidate pruned by EP", "1 token saved by CD"):
+        assert part in text, part
+    snap.update(problems_answered=2)
+    assert "no gold answers" in _panel_text(snap, 140)

@@ -575,3 +575,13 @@ def test_math500_example_lines_are_verbatim_and_varied():
     source_lines = set(src.read_bytes().splitlines())
     for line in (EXAMPLES / "math500_sample.jsonl").read_bytes().splitlines():
         assert line in source_lines
+
+
+def test_iter_lines_reads_a_giant_line_in_pieces():
+    from core.io.problems import iter_lines
+
+    data = b'{"a": 1}\n' + b"x" * 5000 + b"\n" + b"\n" + b'{"b": 2}'
+    got = list(iter_lines(io.BytesIO(data), max_bytes=100))
+    assert got == [(1, b'{"a": 1}\n', 9), (2, None, 5001), (3, b"\n", 1), (4, b'{"b": 2}', 8)]
+    # a line exactly at the limit (its newline included) is kept
+    assert list(iter_lines(io.BytesIO(b"y" * 99 + b"\n"), max_bytes=100)) == [(1, b"y" * 99 + b"\n", 100)]
