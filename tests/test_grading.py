@@ -4,10 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from core.grading.equivalence import answers_equivalent, canonical_answer
-from core.grading.extract import extract_answer, gsm8k_hash_answer, last_boxed
+from core.grading.equivalence import answers_equivalent, canonical_answer, grade
+from core.grading.extract import extract_answer, final_boxes, gsm8k_hash_answer, last_boxed, leading_expression
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+FIXTURES = Path(__file__).resolve().parent / "data"
+
+
+def _fixture_answers() -> list[dict]:
+    """The 500 MATH-500 gold answers (id + answer), see tests/data/README.md."""
+    with (FIXTURES / "math500_answers.jsonl").open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _first_rows(name: str, n: int = 50) -> list[dict]:
@@ -162,10 +169,9 @@ def test_gsm8k_reference_solutions():
 
 
 def test_math500_distinct_answers_not_equivalent():
-    # Guards against false positives on the symbolic path: the reference
-    # round-trip above is mostly settled by canonical keys alone.
-    rows = _first_rows("math500_test.jsonl")
-    answers = [r["answer"] for r in rows]
+    # Guards against false positives on the symbolic path: neighbouring MATH-500 golds with
+    # different keys (and no equation, whose sides math-verify may compare) are never equivalent.
+    answers = [r["answer"] for r in _fixture_answers()]
     wrong = [
         (a, b)
         for a, b in zip(answers, answers[1:])
@@ -186,3 +192,146 @@ def test_math500_distinct_answers_not_equivalent():
 ])
 def test_answer_phrase_takes_the_number_from_prose(text, expected):
     assert extract_answer(text) == expected
+
+
+
+# --- issue 15: answers found on real inputs ----------------------------------------------------
+# (completion text, answer extracted, gold, graded correct). The extracted forms are the answers
+# whole: a list stays a list, an expression an expression, a prose quantity loses its unit.
+EXTRACT_AND_GRADE = [
+    # lists and tuples are not one number
+    ("The final answer is $69, 84$.", "69, 84", "69, 84", True),
+    ("The final answer is $69, 84$.", "69, 84", "6984", False),
+    ("The answer is (2,4).", "(2,4)", "(2,4)", True),
+    ("The answer is (2,4).", "(2,4)", "24", False),
+    ("The answer is 1, 3, 5.", "1, 3, 5", "1, 3, 5", True),
+    ("The answer is 1, 3, 5.", "1, 3, 5", "135", False),
+    ("The answer is 5, 1, 3.", "5, 1, 3", "1, 3, 5", True),
+    # thousands separators still give one number
+    ("The answer is 1,000.", "1000", "1000", True),
+    ("The answer is 12,345,678.", "12345678", "12,345,678", True),
+    # math between $...$ or \(...\), and expressions in prose, are taken whole
+    ("The final answer is $2^{1009}$.", "2^{1009}", "2^{1009}", True),
+    ("The final answer is $2^{1009}$.", "2^{1009}", "1009", False),
+    ("The final answer is $2n-2$.", "2n-2", "2n-2", True),
+    ("The final answer is $2n-2$.", "2n-2", "-2", False),
+    ("The answer is \\(2n - 2\\).", "2n - 2", "2(n-1)", True),
+    ("The answer is x^2+1.", "x^2+1", "1+x^2", True),
+    ("The answer is x^2+1.", "x^2+1", "1", False),
+    ("The answer is 3x+2.", "3x+2", "3x+2", True),
+    ("The answer is 3x+2.", "3x+2", "2", False),
+    ("The answer is 10^6.", "10^6", "1000000", True),
+    ("The answer is 10^6.", "10^6", "6", False),
+    ("The answer is 4e-3.", "4e-3", "0.004", True),
+    ("The answer is 4e-3.", "4e-3", "-3", False),
+    # a prose quantity keeps its value, not the unit's exponent
+    ("The answer is 25 cm^2.", "25", "25", True),
+    ("The answer is 25 cm^2.", "25", "2", False),
+    ("The answer is 5 m/s^2.", "5", "5", True),
+    ("The answer is 5 m/s^2.", "5", "2", False),
+    # several boxes on the last line are one list
+    ("So $a = \\boxed{69}$ and $b = \\boxed{84}$.", "69, 84", "69, 84", True),
+    ("So $a = \\boxed{69}$ and $b = \\boxed{84}$.", "69, 84", "84", False),
+    ("First $\\boxed{3}$.\nSo the answer is \\boxed{7}.", "7", "7", True),
+    # percent golds: the same reading on both sides
+    ("The final answer is $4.2\\%$.", "4.2\\%", "4.2", True),
+    ("The final answer is $4.2\\%$.", "4.2\\%", "4.2\\%", True),
+    ("The answer is 62.5.", "62.5", "62.5\\%", True),
+    ("The answer is 62.5.", "62.5", "6.25\\%", False),
+    # units: dropped when the gold has none or the same one
+    ("The final answer is $5 \\text{ dollars}$.", "5 \\text{ dollars}", "5", True),
+    ("The final answer is $864 \\text{ inches}^2$.", "864 \\text{ inches}^2", "864 \\mbox{ inches}^2", True),
+    ("The final answer is $5 \\text{ cm}$.", "5 \\text{ cm}", "5 \\text{ m}", False),
+    # scientific notation
+    ("The answer is 1e3.", "1e3", "1000", True),
+    ("The final answer is $1.5e2$.", "1.5e2", "150", True),
+    # golds that do not parse never accept a parsed 0
+    ("The answer is 0.", "0", "$t(0,4]$.", False),
+    ("The answer is 0.", "0", "t(0,4]", False),
+    ("The answer is 0.", "0", "m_{\\max}=n^2-n-1", False),
+    ("The final answer is $n^2-n-1$.", "n^2-n-1", "m_{\\max}=n^2-n-1", True),
+    ("The answer is 0.", "0", "$5$.", False),
+    ("The answer is 5.", "5", "$5$.", True),
+    ("The answer is 0.", "0", "all even numbers", False),
+    ("The answer is 0.", "0", "x > 0 for all x", False),
+    ("The answer is 0.", "0", "\\text{no solution}", False),
+    # case: N is not n
+    ("The final answer is $N$.", "N", "N=n", False),
+    ("The final answer is $n$.", "n", "N=n", True),
+    # a multi-answer gold needs every answer
+    ("The final answer is $-2$.", "-2", "-2, -2", False),
+    ("The final answer is $-2, -2$.", "-2, -2", "-2, -2", True),
+]
+
+
+@pytest.mark.parametrize("text, extracted, gold, correct", EXTRACT_AND_GRADE)
+def test_extract_and_grade_table(text, extracted, gold, correct):
+    assert extract_answer(text) == extracted
+    assert answers_equivalent(extracted, gold) is correct
+
+
+# a letter the problem uses as a variable is never dropped as a unit
+PROBLEM_WITH_M = "The line $y = mx + 3$ passes through $(1, 9)$. Find $m$ and then $m^2 - 30$."
+PROBLEM_IN_METERS = "A rope is $6$ meters long. How long is it, in m?"
+
+
+@pytest.mark.parametrize("pred, gold, problem, correct", [
+    ("6", "6m", PROBLEM_WITH_M, False),
+    ("6m", "6m", PROBLEM_WITH_M, True),
+    ("6", "6m", None, False),  # without the problem no single letter is taken for a unit
+    ("6", "6 m", PROBLEM_IN_METERS, True),
+    ("6 m", "6", PROBLEM_IN_METERS, True),
+    ("6 m", "6", PROBLEM_WITH_M, False),
+    ("5 dollars", "5", PROBLEM_WITH_M, True),
+    ("5 dollars", "5", None, True),
+])
+def test_units_and_variables(pred, gold, problem, correct):
+    assert answers_equivalent(pred, gold, problem) is correct
+
+
+@pytest.mark.parametrize("gold, parsed", [
+    ("t(0,4]", {"as": "text", "value": "t(0,4]"}),
+    ("$t(0,4]$.", {"as": "text", "value": "t(0,4]"}),
+    ("m_{\\max}=n^2-n-1", {"as": "math", "value": "n**2 - n - 1"}),
+    ("$5$.", {"as": "math", "value": "5"}),
+    ("62.5\\%", {"as": "math", "value": "62.5000000000000"}),
+    ("\\text{Evelyn}", {"as": "text", "value": "Evelyn"}),
+    ("x > 0 for all x", {"as": "text", "value": "x > 0 for all x"}),
+    ("\\sin x + 1", {"as": "math", "value": "sin(x) + 1"}),
+    ("-2, -2", {"as": "list", "items": [{"as": "math", "value": "-2"}, {"as": "math", "value": "-2"}]}),
+    ("6m", {"as": "math", "value": "6*m"}),
+])
+def test_gold_parsed_records_how_the_gold_was_read(gold, parsed):
+    result = grade("0", gold)
+    assert result.correct is False and result.timed_out is False
+    assert result.gold_parsed == parsed
+
+
+def test_leading_expression_and_final_boxes():
+    assert leading_expression("2(n-1) apples") == "2(n-1)"
+    assert leading_expression("a multiple of 3") is None
+    assert leading_expression("(3,4] exactly") == "(3,4]"
+    assert leading_expression("dollars") is None
+    assert final_boxes("\\boxed{1}\nthen \\boxed{2} and \\boxed{3}.") == "2, 3"
+    assert final_boxes("\\boxed{\\boxed{5}}") == "\\boxed{5}"
+    assert final_boxes("cut off \\boxed{\\frac{1}{2}") is None
+
+
+# --- gold vs gold: every MATH-500 gold, written as a model would, grades correct against itself ---
+GOLD_FORMS = {
+    "boxed": lambda g: "We simplify step by step, so the answer is \\boxed{" + g + "}",
+    "final-answer-dollars": lambda g: "We simplify step by step.\nThe final answer is $" + g + "$.",
+}
+
+
+@pytest.mark.parametrize("form", sorted(GOLD_FORMS))
+def test_math500_gold_vs_gold(form):
+    rows = _fixture_answers()
+    assert len(rows) == 500
+    misses = []
+    for r in rows:
+        pred = extract_answer(GOLD_FORMS[form](r["answer"]))
+        result = grade(pred, r["answer"])
+        if not result.correct:
+            misses.append((r["id"], r["answer"], pred))
+    assert misses == []

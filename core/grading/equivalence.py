@@ -1,32 +1,75 @@
-"""Decide whether two answer strings denote the same mathematical object."""
+"""Decide whether two answer strings denote the same mathematical object.
+
+Both sides go through the same normalisation before anything compares them (:func:`grade`):
+
+1. presentation is dropped: surrounding ``$...$``/``\\(...\\)``, a whole ``\\boxed{}``, trailing
+   punctuation, ``\\text{}`` wrappers, ``\\%`` and ``%`` (math-verify reads ``\\%`` as /100 on the
+   side that has it, so ``62.5\\%`` never matched ``62.5``), degree signs, currency ``\\$``;
+   ``1e3``-style numbers become decimals (math-verify reads ``e`` as Euler's number);
+2. units: a number followed by a unit (``5 dollars``, ``864 inches^2``) loses the unit when the
+   gold has none or the same one; a single letter is never taken for a unit when the problem uses
+   it as a variable (gold ``6m`` must not accept ``6``), nor without the problem at hand;
+3. a leading name (``m_{\\max}=``, ``x \\in``) is dropped from both sides;
+4. lists: top-level commas split both sides; the gold's items must be matched one to one
+   (``-2, -2`` does not accept ``-2``);
+5. equal normalised strings are equal; otherwise math-verify decides, in a child process with a hard
+   time limit (:mod:`core.grading.mv_worker`), and only when it reads the gold *whole*: a gold it
+   cannot parse (prose, ``t(0,4]``) is compared as a normalised string, never as a partial parse;
+6. letters differing only in case never match (math-verify lowercases symbols: ``N`` vs ``n``).
+"""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import re
 import threading
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 
-from math_verify import parse, verify
-from math_verify.errors import TimeoutException
+from .mv_worker import MathVerifyProcess
 
-__all__ = ["answers_equivalent", "canonical_answer"]
+__all__ = ["answers_equivalent", "canonical_answer", "grade", "Grade", "grading_stats", "problem_variables",
+           "set_time_limit"]
 
 logger = logging.getLogger(__name__)
 
-# Seconds allowed per math_verify parse / comparison when a timeout can be
-# enforced (main thread only, see _timeout()).
-_TIMEOUT_S = 5
+# Seconds a grading call may spend in math-verify (per comparison or parse, across all its tries).
+_TIME_LIMIT_S = 10.0
 
-# sympy can stall on huge inputs and, off the main thread, nothing would
-# interrupt it; answers longer than this are compared as strings only.
+# sympy can stall on huge inputs; answers longer than this are compared as strings only.
 _MAX_SYMBOLIC_LEN = 500
 
-_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\s*\{([^{}]*)\}")
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _THOUSANDS_SEP = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 # Lookahead keeps \leftarrow / \rightarrow intact.
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])")
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
 _DECIMAL = re.compile(r"^(-?\d+)\.(\d*?)0*$")
+_SCIENTIFIC = re.compile(r"(?<![\w.\\^{])(\d+(?:\.\d+)?|\.\d+)[eE]([-+]?\d+)(?![\w.])")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
+# LaTeX thousands separators: 10,\!080 and 11,\! 111 (with a space after the thin negative space)
+_LATEX_THOUSANDS = re.compile(r"(\d)\s*(?:\{,\}|,\\!)\s*(?=\d)")
+_PERCENT = re.compile(r"\\?%")
+# Spacing macros (\! \, \; \: "\ ") and ~; a LaTeX line break \\ is matched first, so that its
+# second backslash and a following space are not taken for "\ ".
+_SPACING = re.compile(r"\\\\|\\[!,;: ]|~")
+_TRAILING = " \t\n.,;:!"
+_LHS_NAME = re.compile(
+    r"^\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*\s*(?:=|\\in(?![A-Za-z]))\s*(?P<rhs>[^=]+)$")
+_QUANTITY = (r"-?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:\s*\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?)?"
+             r"|-?\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?")
+_UNIT_WORD = r"[A-Za-z]+(?:\s*\^\s*\{?\d+\}?)?"
+_WITH_UNIT = re.compile(rf"^(?P<q>{_QUANTITY})\s*(?P<u>(?<![A-Za-z\\]){_UNIT_WORD}(?:\s*(?:/|\s|\\cdot)\s*{_UNIT_WORD})*)$")
+# Units of one or two letters; longer words (dollars, inches, apples) count as units anyway.
+_SHORT_UNITS = frozenset("""m cm mm km nm g kg mg s ms h hr hrs min ft in yd mi mph kph lb lbs oz l L ml mL
+    K V W J N Hz kW kJ cc pt qt gal ha ac""".split())
+# Letters that name constants, never units: the imaginary unit and Euler's number.
+_CONSTANTS = frozenset("ie")
+_IDENT = re.compile(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])")
+# Words that are math when written without a backslash; any other run of three or more letters is prose.
+_MATH_WORDS = frozenset("sin cos tan cot sec csc log ln exp sqrt max min gcd lcm mod arcsin arccos arctan pi inf".split())
+_COMMAND = re.compile(r"\\[A-Za-z]+")
 
 
 def canonical_answer(ans: str) -> str:
@@ -56,14 +99,9 @@ def canonical_answer(ans: str) -> str:
     s = _LEFT_RIGHT.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\displaystyle", "")
-    for sp in ("\\!", "\\,", "\\;", "\\:", "\\ ", "~"):
-        s = s.replace(sp, "")
+    s = _drop_spacing(s)
     s = s.replace("{,}", ",")
-    # Applied repeatedly so \text{\textbf{x}}-style nesting unwraps fully.
-    prev = None
-    while prev != s:
-        prev = s
-        s = _TEXT_WRAPPER.sub(r"\1", s)
+    s = _unwrap_text(s)
     s = s.replace("^\\circ", "").replace("^{\\circ}", "")
     s = re.sub(r"\s+", "", s)
     s = s.rstrip(".")
@@ -77,66 +115,393 @@ def canonical_answer(ans: str) -> str:
     return s
 
 
-def _timeout() -> int | None:
-    """Timeout to hand to math_verify for the calling thread.
+def _drop_spacing(s: str) -> str:
+    return _SPACING.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else "", s)
 
-    math_verify enforces timeouts with ``signal.alarm``, which Python only
-    permits in the main thread; elsewhere it raises ValueError. So the
-    timeout is used where it works and disabled (None) elsewhere -- the
-    length cap in ``answers_equivalent`` is the only guard in that case.
+
+def _unwrap_text(s: str) -> str:
+    # Applied repeatedly so \text{\textbf{x}}-style nesting unwraps fully.
+    prev = None
+    while prev != s:
+        prev = s
+        s = _TEXT_WRAPPER.sub(r"\1", s)
+    return s
+
+
+# ------------------------------------------------------------------------------- normalisation
+def _strip_wrappers(s: str) -> str:
+    """Drop surrounding math delimiters, a whole ``\\boxed{}`` and trailing punctuation, repeatedly."""
+    from .extract import last_boxed
+
+    prev = None
+    while prev != s:
+        prev = s
+        s = s.strip().rstrip(_TRAILING).strip()
+        for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+            if len(s) > len(left) + len(right) and s.startswith(left) and s.endswith(right) \
+                    and not s.endswith("\\" + right):
+                s = s[len(left):-len(right)]
+                break
+        if re.match(r"^\\(?:boxed|fbox)\s*\{", s):
+            inner = last_boxed(s)
+            if inner is not None and s.rstrip().endswith("}") and s.count("\\boxed") + s.count("\\fbox") == 1:
+                s = inner
+    return s
+
+
+def _scientific_to_decimal(m: re.Match) -> str:
+    try:
+        return format(Decimal(m.group(0)).normalize(), "f")
+    except InvalidOperation:
+        return m.group(0)
+
+
+def _prepare(ans: str) -> str:
+    """The presentation-free form of one side (step 1 of the module docstring)."""
+    s = _strip_wrappers(str(ans))
+    s = _unwrap_text(s)
+    s = s.replace("\\$", "")
+    s = _UNESCAPED_DOLLAR.sub("", s)
+    s = _PERCENT.sub("", s)
+    s = _DEGREES.sub("", s)
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = _LATEX_THOUSANDS.sub(r"\1,", s)
+    s = _drop_spacing(s)
+    s = _SCIENTIFIC.sub(_scientific_to_decimal, s)
+    s = re.sub(r"\s+", " ", s)
+    return s.strip().rstrip(_TRAILING).strip()
+
+
+def problem_variables(problem: str | None) -> frozenset[str] | None:
+    """Single letters a problem statement uses as variables (None when there is no statement).
+
+    Letters standing alone inside its math (``$...$``, ``\\(...\\)``), outside ``\\text{}`` and LaTeX
+    commands. A statement without any math (plain-text problems) gives the letters standing alone
+    in its prose instead, except the words "a", "A" and "I"; where there is math, a lone letter in
+    the prose is a unit ("in m") more often than a variable.
     """
-    if threading.current_thread() is threading.main_thread():
-        return _TIMEOUT_S
-    return None
+    if problem is None:
+        return None
+    from .extract import math_segments
+
+    found: set[str] = set()
+    segments = math_segments(problem)
+    for _, _, content in segments:
+        content = _TEXT_WRAPPER.sub(" ", content)
+        found.update(_IDENT.findall(_COMMAND.sub(" ", content)))
+    if not segments:
+        found.update(c for c in _IDENT.findall(_COMMAND.sub(" ", problem)) if c not in "aAI")
+    return frozenset(found)
 
 
-def _wrap(s: str) -> str:
-    # Inline-math delimiters beat \boxed{}: both parse LaTeX the same way, but
-    # \boxed{4.} and stray unbalanced braces come back empty, while $...$
-    # falls back to the raw string. Only unescaped $ are delimiters; \$
-    # (currency) is left for math_verify, which drops it itself.
-    return "$" + _UNESCAPED_DOLLAR.sub("", s).strip() + "$"
+def _split_unit(s: str) -> tuple[str, str | None]:
+    """``("864", "inches^2")`` for ``864 inches^2``; ``(s, None)`` when ``s`` is not a number and a unit."""
+    m = _WITH_UNIT.match(s)
+    if not m:
+        return s, None
+    return m.group("q").strip(), m.group("u").strip()
 
 
-def answers_equivalent(pred: str | None, gold: str | None) -> bool:
-    """Return True if ``pred`` and ``gold`` are the same answer.
+def _unit_key(unit: str) -> str:
+    """Units compared without spaces, braces, case or plural endings (``cm^{2}`` = ``CM^2``, inch = inches)."""
+    words = re.split(r"(\^\d+|/|\\cdot)", re.sub(r"[\s{}]", "", unit).lower())
+    return "".join(re.sub(r"(?:es|s)$", "", w) if w.isalpha() and len(w) > 3 else w for w in words)
 
-    First compares ``canonical_answer`` keys (fast, exact); failing that,
-    asks ``math_verify`` for symbolic / numeric equivalence, with both
-    sides parsed as inline LaTeX. If math_verify cannot parse a side, or
-    errors or times out, the canonical-key result (False) stands.
 
-    Safe to call from any thread: signal-based timeouts are only enabled in
-    the main thread.
+def _droppable(unit: str, variables: frozenset[str] | None) -> bool:
+    """Whether ``unit`` may be dropped: a unit word, not a variable of the problem (see module docstring)."""
+    letters = re.sub(r"\^\s*\{?\d+\}?|[\s/{}]|\\cdot", "", unit)
+    if len(letters) == 1:
+        # one letter: only a known unit letter, only with the problem at hand, and not its variable
+        return (variables is not None and letters in _SHORT_UNITS and letters not in _CONSTANTS
+                and letters not in variables)
+    words = re.findall(r"[A-Za-z]+", unit)
+    if variables is not None and all(len(w) <= 3 and set(w) <= variables for w in words):
+        return False  # "2ab" with a and b variables of the problem is a product
+    return all(w in _SHORT_UNITS or len(w) >= 3 for w in words)
+
+
+def _drop_units(pred: str, gold: str, variables: frozenset[str] | None) -> tuple[str, str]:
+    """Step 2 of the module docstring on one (pred, gold) pair of items."""
+    pq, pu = _split_unit(pred)
+    gq, gu = _split_unit(gold)
+    if gu is not None:
+        if not _droppable(gu, variables):
+            return pred, gold
+        gold = gq
+        if pu is not None and _unit_key(pu) == _unit_key(gu):
+            pred = pq
+        return pred, gold
+    if pu is not None and _droppable(pu, variables):
+        pred = pq
+    return pred, gold
+
+
+def _strip_name(s: str) -> str:
+    """``n^2-n-1`` for ``m_{\\max}=n^2-n-1``; ``[-2,7]`` for ``x \\in [-2,7]``; anything else unchanged."""
+    m = _LHS_NAME.match(s)
+    return m.group("rhs").strip() if m else s
+
+
+def _split_items(s: str) -> list[str]:
+    """Top-level comma-separated items (brackets, braces and ``\\{ \\}`` nest; ``1,000`` is one number)."""
+    items, depth, start, i, n = [], 0, 0, 0, len(s)
+    while i < n:
+        ch = s[i]
+        if ch == "\\":
+            if s.startswith("\\{", i):
+                depth += 1
+            elif s.startswith("\\}", i):
+                depth -= 1
+            i += 2
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0 and not (re.search(r"(?:^|[^\d.])\d{1,3}$", s[start:i]) and
+                                                re.match(r"\d{3}(?!\d)", s[i + 1:])):
+            items.append(s[start:i].strip())
+            start = i + 1
+        i += 1
+    items.append(s[start:].strip())
+    return [x for x in items if x] or [s]
+
+
+def _is_prose(s: str) -> bool:
+    """True when ``s`` holds a word (three or more letters outside LaTeX commands, not a math name).
+
+    math-verify reads prose as a product of letters (``all even numbers`` -> ``E*E*a*l*l*n*v``) or
+    picks a number out of it; prose is compared as a string instead.
+    """
+    s = re.sub(r"\\(?:begin|end)\s*\{[^{}]*\}", " ", s)  # environment names: pmatrix, cases
+    return any(w.lower() not in _MATH_WORDS for w in re.findall(r"[A-Za-z]{3,}", _COMMAND.sub(" ", s)))
+
+
+def _identifiers(s: str) -> set[str]:
+    return set(_IDENT.findall(_COMMAND.sub(" ", s)))
+
+
+def _case_conflict(pred: str, gold: str) -> bool:
+    """True when the two sides name the same letters only up to case (``N`` vs ``n``)."""
+    p, g = _identifiers(pred), _identifiers(gold)
+    return p != g and {c.lower() for c in p} == {c.lower() for c in g}
+
+
+# ------------------------------------------------------------------------------------ math-verify
+_PROCESS = MathVerifyProcess()
+atexit.register(_PROCESS.close)
+
+
+@dataclass
+class GradingStats:
+    """Counters of the grading calls of this process (read with :func:`grading_stats`).
+
+    calls: math-verify requests made; timeouts: those that ran past the time limit (the child was
+    stopped, or its soft limit hit); errors: requests math-verify failed on.
+    """
+
+    calls: int = 0
+    timeouts: int = 0
+    errors: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for key, n in counts.items():
+                setattr(self, key, getattr(self, key) + n)
+
+
+_STATS = GradingStats()
+# answers that once ran past the limit are not sent to math-verify again (a run's paths repeat them)
+_SLOW: set[str] = set()
+_PARSED: dict[str, tuple[bool, str | None]] = {}
+_EQUAL: dict[tuple[str, str], bool] = {}
+_CACHE_MAX = 50_000
+
+
+def grading_stats() -> dict:
+    """``{"calls", "timeouts", "errors"}`` of math-verify requests made by this process so far."""
+    with _STATS.lock:
+        return {"calls": _STATS.calls, "timeouts": _STATS.timeouts, "errors": _STATS.errors}
+
+
+def set_time_limit(seconds: float) -> float:
+    """Set the hard time limit of one math-verify request (default 10 s); returns the previous one.
+
+    Raises:
+        ValueError: ``seconds`` is not positive.
+    """
+    global _TIME_LIMIT_S
+    if not seconds > 0:
+        raise ValueError(f"time limit must be > 0 seconds, got {seconds}")
+    previous, _TIME_LIMIT_S = _TIME_LIMIT_S, float(seconds)
+    return previous
+
+
+def _ask(payload: dict, texts: tuple[str, ...]) -> tuple[dict | None, bool]:
+    """One math-verify request with the time limit: ``(answer or None, timed_out)``."""
+    if any(t in _SLOW or len(t) > _MAX_SYMBOLIC_LEN for t in texts):
+        return None, False
+    _STATS.add(calls=1)
+    try:
+        answer = _PROCESS.request(payload, _TIME_LIMIT_S)
+    except RuntimeError:
+        logger.warning("math-verify worker could not start; answers are compared as strings only")
+        _STATS.add(errors=1)
+        return None, False
+    if answer is None or answer.get("timeout"):
+        _STATS.add(timeouts=1)
+        _SLOW.update(texts)
+        logger.warning("grading ran past %.0f s and was stopped: %r", _TIME_LIMIT_S, texts)
+        return None, True
+    if "error" in answer:
+        _STATS.add(errors=1)
+        logger.debug("math-verify failed on %r: %s", texts, answer["error"])
+        return None, False
+    return answer, False
+
+
+def _read(text: str) -> tuple[bool, str | None, bool]:
+    """math-verify's reading of one normalised item: ``(parsed whole, its sympy form, timed_out)``."""
+    if text in _PARSED:
+        ok, value = _PARSED[text]
+        return ok, value, False
+    answer, timed_out = _ask({"op": "parse", "text": text}, (text,))
+    if answer is None:
+        return False, None, timed_out
+    if len(_PARSED) >= _CACHE_MAX:
+        _PARSED.clear()
+    _PARSED[text] = (bool(answer["ok"]), answer["value"])
+    return bool(answer["ok"]), answer["value"], False
+
+
+def _math_equal(pred: str, gold: str) -> tuple[bool, bool]:
+    key = (pred, gold)
+    if key in _EQUAL:
+        return _EQUAL[key], False
+    answer, timed_out = _ask({"op": "equal", "gold": gold, "pred": pred}, (gold, pred))
+    if answer is None:
+        return False, timed_out
+    if len(_EQUAL) >= _CACHE_MAX:
+        _EQUAL.clear()
+    _EQUAL[key] = bool(answer["equal"])
+    return _EQUAL[key], False
+
+
+# ------------------------------------------------------------------------------------------ grade
+@dataclass(frozen=True)
+class Grade:
+    """The verdict on one answer.
+
+    correct: the prediction is equivalent to the gold answer.
+    gold_parsed: how the gold was read, JSON-ready: ``{"as": "math", "value": sympy form}`` when
+        math-verify read it whole, ``{"as": "text", "value": normalised string}`` when it could not
+        (compared as a string), ``{"as": "list", "items": [...]}`` for a list of such readings;
+        None when there is no gold.
+    timed_out: some comparison ran past the time limit (it then counts as not equivalent).
+    """
+
+    correct: bool
+    gold_parsed: dict | None = None
+    timed_out: bool = False
+
+
+def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
+    """``(equivalent, timed_out)`` for one prepared item on each side."""
+    pred, gold = _drop_units(pred, gold, variables)
+    pred, gold = _strip_name(pred), _strip_name(gold)
+    if not pred or not gold or _case_conflict(pred, gold):
+        return False, False
+    if canonical_answer(pred) == canonical_answer(gold):
+        return True, False
+    if _is_prose(gold) or _is_prose(pred):  # words compare as words: East = east
+        return canonical_answer(pred).lower() == canonical_answer(gold).lower(), False
+    gold_ok, _, timed_out = _read(gold)
+    if not gold_ok:  # prose, or a form math-verify reads only in part: the strings decided
+        return False, timed_out
+    return _math_equal(pred, gold)
+
+
+def _gold_reading(gold: str, variables: frozenset[str] | None) -> tuple[dict, bool]:
+    """How a prepared gold is read (see :attr:`Grade.gold_parsed`) and whether reading it timed out."""
+    items = _split_items(gold)
+    if len(items) > 1:
+        readings = [_gold_reading(item, variables) for item in items]
+        return {"as": "list", "items": [r for r, _ in readings]}, any(t for _, t in readings)
+    quantity, unit = _split_unit(gold)
+    item = _strip_name(quantity if unit is not None and _droppable(unit, variables) else gold)
+    if _is_prose(item):  # words (Evelyn, all even numbers): not a product of letters
+        return {"as": "text", "value": item}, False
+    ok, value, timed_out = _read(item)
+    if ok:
+        return {"as": "math", "value": value}, timed_out
+    return {"as": "text", "value": canonical_answer(item)}, timed_out
+
+
+def grade(pred: str | None, gold: str | None, problem: str | None = None, *, read_gold: bool = True) -> Grade:
+    """Grade ``pred`` against ``gold`` (see the module docstring for the rules).
+
+    Safe from any thread and in worker processes: math-verify runs in a child process and each
+    request is stopped after the time limit (:func:`set_time_limit`); timeouts are counted
+    (:func:`grading_stats`) and graded as not equivalent.
 
     Args:
-        pred: Predicted answer, e.g. from ``extract_answer``; may be None.
-        gold: Reference answer (``18``, ``\\frac{14}{3}``, ``\\text{(C)}``
-            ...); may be None.
+        pred: the predicted answer, e.g. from :func:`core.grading.extract.extract_answer`; may be None.
+        gold: the reference answer; may be None.
+        problem: the problem statement, to tell a unit from a variable (``6m``); None: no single
+            letter is ever dropped as a unit.
+        read_gold: also report how the gold was read (one math-verify parse, cached per gold).
 
     Returns:
-        True if equivalent; False if not, or if either side is None/empty.
+        A :class:`Grade`; ``correct`` is False when either side is None or empty.
 
     Raises:
         Nothing.
     """
-    if pred is None or gold is None:
-        return False
+    if gold is None or not str(gold).strip():
+        return Grade(False)
     try:
-        pred_s, gold_s = str(pred).strip(), str(gold).strip()
-        if not pred_s or not gold_s:
-            return False
-        if canonical_answer(pred_s) == canonical_answer(gold_s):
-            return True
-        if len(pred_s) > _MAX_SYMBOLIC_LEN or len(gold_s) > _MAX_SYMBOLIC_LEN:
-            return False
-        t = _timeout()
-        gold_parsed = parse(_wrap(gold_s), parsing_timeout=t)
-        pred_parsed = parse(_wrap(pred_s), parsing_timeout=t)
-        if not gold_parsed or not pred_parsed:
-            return False
-        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=t))
-    # TimeoutException derives from BaseException, so it needs naming here.
-    except (Exception, TimeoutException):
-        logger.debug("answer comparison failed: %r vs %r", pred, gold, exc_info=True)
-        return False
+        gold_s = _prepare(gold)
+        variables = problem_variables(problem)
+        reading, timed_out = _gold_reading(gold_s, variables) if read_gold and gold_s else (None, False)
+        if pred is None or not str(pred).strip() or not gold_s:
+            return Grade(False, reading, timed_out)
+        pred_s = _prepare(pred)
+        g_items, p_items = _split_items(gold_s), _split_items(pred_s)
+        if len(g_items) != len(p_items):
+            # a whole-string match still counts ("1,2" written without its list reading)
+            same = canonical_answer(pred_s) == canonical_answer(gold_s)
+            return Grade(same, reading, timed_out)
+        unused = list(range(len(p_items)))
+        for g in g_items:
+            for k in unused:
+                equal, late = _compare_item(p_items[k], g, variables)
+                timed_out = timed_out or late
+                if equal:
+                    unused.remove(k)
+                    break
+            else:
+                return Grade(False, reading, timed_out)
+        return Grade(True, reading, timed_out)
+    except Exception:  # a grading bug must not stop a run: log it, count the answer wrong
+        logger.warning("grading failed: %r vs %r", pred, gold, exc_info=True)
+        return Grade(False, None, False)
+
+
+def answers_equivalent(pred: str | None, gold: str | None, problem: str | None = None) -> bool:
+    """Return True if ``pred`` and ``gold`` are the same answer (:func:`grade` without the gold's reading).
+
+    Args:
+        pred: Predicted answer, e.g. from ``extract_answer``; may be None.
+        gold: Reference answer (``18``, ``\\frac{14}{3}``, ``\\text{(C)}`` ...); may be None.
+        problem: the problem statement, see :func:`grade`.
+
+    Returns:
+        True if equivalent; False if not, if either side is None/empty, or if the comparison ran
+        past the time limit.
+
+    Raises:
+        Nothing.
+    """
+    return grade(pred, gold, problem, read_gold=False).correct
