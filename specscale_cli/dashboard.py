@@ -59,6 +59,10 @@ def _accuracy(snap: dict) -> str:
     return f"{snap['correct']}/{snap['graded']} ({100 * snap['accuracy']:.1f}%)"
 
 
+def _rules(by_rule: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in by_rule.items()) or "none"
+
+
 def _share(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
 
@@ -147,8 +151,10 @@ def summary_table(summary: dict) -> Table:
     table.add_row("PRM batches", f"{_rate(s['prm_mean_batch_tasks'])} tasks, {_rate(s['prm_mean_batch_tokens'])} "
                                  f"tokens ({_rate(s['prm_mean_batch_computed_tokens'])} computed) per call; "
                                  f"{s['prm_queued_s']:.1f} s queued (summed over tasks)")
-    rules = ", ".join(f"{k} {v}" for k, v in s["pruned_by_rule"].items()) or "none"
-    table.add_row("pruned", f"{s['pruned_ep']} by EP (candidates pruned by rule: {rules})")
+    table.add_row("pruned", f"{sum(s['pruned_by_rule'].values())} candidates lost selection "
+                            f"({_rules(s['pruned_by_rule'])}; EP's rules: {s['pruned_ep']})")
+    table.add_row("cancelled", f"{sum(s['cancelled_by_rule'].values())} candidates never needed "
+                               f"({_rules(s['cancelled_by_rule'])})")
     table.add_row("CD", f"{_int(s['cd_saved_tokens'])} tokens computed once for several candidates")
     busy = s["generation_s"] + s["verification_s"]
     table.add_row("time", f"generation {s['generation_s']:.1f} s ({_share(s['generation_s'], busy)}), "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +20,17 @@ STATUS_STYLE = {
     "generating": "yellow", "pruned": "red", "cancelled": "dim",
 }
 WASTED = {"pruned", "cancelled"}
+# what each status means, in the words of README "Outputs" and `solve --help`
+STATUS_MEANING = {
+    "completed": "a finished path, one of the N answers",
+    "selected": "kept at its depth and expanded",
+    "pruned": "lost selection: rule top-k (not in the top-k), ep (k better-scored candidates already), "
+              "perfect-score (k candidates scored 1.0)",
+    "cancelled": "never needed: below a pruned candidate (its rule), a surplus child (surplus), "
+                 "past FastTTS's cap (fasttts-cap), or its problem failed (error)",
+}
+# one column wide each, so rows stay aligned
+ANSWER_MARK, SPECULATIVE_MARK = "★", "~"
 
 
 def load_trace(path: Path) -> dict:
@@ -52,24 +65,31 @@ def best_path(nodes: list[dict]) -> set[int]:
 
 
 def summarize(trace: dict) -> dict:
-    """Counts over the tree: nodes by status, pruning rules, tokens generated, wasted and saved by CD.
+    """Counts over the tree: nodes by status, rules, tokens generated, wasted and saved by CD.
 
-    Tokens: ``generated`` sums every step's tokens; ``wasted`` those of pruned and cancelled
-    candidates; ``dedup_saved`` estimates tokens CD did not compute (a step shared by
-    ``potential`` candidates was computed once).
+    ``pruned``/``pruned_by_rule`` count candidates that lost selection; ``cancelled``/
+    ``cancelled_by_rule`` count candidates ended without losing one (below a pruned candidate, a
+    surplus child...), as in ``summary.json``, so ``pruned == sum(pruned_by_rule.values())`` and
+    the same for cancelled. Tokens: ``tokens_generated`` sums every step's tokens;
+    ``tokens_wasted`` those of pruned and cancelled candidates; ``dedup_saved_tokens`` estimates
+    tokens CD did not compute (a step shared by ``potential`` candidates was computed once).
     """
     nodes = trace["nodes"][1:]
     status = Counter(n["status"] for n in nodes)
-    rules = Counter(n.get("pruned_by") for n in nodes if n.get("pruned_by"))
+
+    def rules(kind: str) -> dict:
+        return dict(sorted(Counter(n.get("pruned_by") or "?" for n in nodes if n["status"] == kind).items()))
+
     generated = sum(n["num_tokens"] for n in nodes)
     wasted = sum(n["num_tokens"] for n in nodes if n["status"] in WASTED)
     saved = sum(n["num_tokens"] * (n.get("potential", 1) - 1) / max(1, n.get("potential", 1)) for n in nodes)
     return {
         "id": trace.get("id"), "policy": trace.get("policy"), "nodes": len(nodes),
         "max_depth": max((n["depth"] for n in nodes), default=0),
-        "status": dict(status), "pruned_by": dict(rules),
+        "status": dict(status),
         "completed": status.get("completed", 0), "pruned": status.get("pruned", 0),
         "cancelled": status.get("cancelled", 0),
+        "pruned_by_rule": rules("pruned"), "cancelled_by_rule": rules("cancelled"),
         "tokens_generated": generated, "tokens_wasted": wasted, "dedup_saved_tokens": round(saved),
         "speculative_nodes": sum(1 for n in nodes if n.get("speculative")),
     }
@@ -81,7 +101,12 @@ def _short(text: str, width: int) -> str:
 
 
 def render_tree(trace: dict, width: int) -> Tree:
-    """A rich Tree: one line per node with depth, shortened step text, score and status."""
+    """A rich Tree: one row per node with depth, step score, shortened step text and status.
+
+    ``★`` marks the path of the answer (the completed path with the best path score, which
+    `solve` reports as ``pred``), ``~`` a speculative node, ``xK`` a step shared by K candidates
+    (CD). Rows are cut at the console's width, never wrapped.
+    """
     nodes = trace["nodes"]
     children: dict[int | None, list[dict]] = {}
     for n in nodes:
@@ -89,16 +114,22 @@ def render_tree(trace: dict, width: int) -> Tree:
     best = best_path(nodes)
     root = nodes[0]
     tree = Tree(Text(f"{trace.get('id', '?')}  ({trace.get('policy', '?')}, "
-                     f"{root.get('num_tokens', 0) or trace.get('num_prompt_tokens', 0)} prompt tokens)", style="bold"))
+                     f"{root.get('num_tokens', 0) or trace.get('num_prompt_tokens', 0)} prompt tokens)", style="bold",
+                     no_wrap=True, overflow="ellipsis"))
 
     def label(n: dict) -> Text:
-        score = "  -   " if n.get("score") is None else f"{n['score']:.3f}"
+        score = "s   -  " if n.get("score") is None else f"s {n['score']:.3f}"
         status = n["status"] + (f" ({n['pruned_by']})" if n.get("pruned_by") else "")
         if n.get("end_reason") and n["status"] == "completed":
-            status += f" [{n['end_reason']}]"
+            status += f" [{n['end_reason']}] p {n['path_score']:.3f}" if n.get("path_score") is not None else \
+                f" [{n['end_reason']}]"
         style = STATUS_STYLE.get(n["status"], "")
-        line = Text(f"d{n['depth']} {score} ", style=style)
-        line.append(_short(n.get("text", ""), width), style="bold yellow" if n["id"] in best else style)
+        on_answer = n["id"] in best
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(ANSWER_MARK if on_answer else " ", style="bold yellow")
+        line.append(SPECULATIVE_MARK if n.get("speculative") else " ", style="magenta")
+        line.append(f" d{n['depth']} {score} ", style=style)
+        line.append(_short(n.get("text", ""), width), style="bold yellow" if on_answer else style)
         line.append(f"  {status}", style=style)
         if n.get("potential", 1) > 1:
             line.append(f"  x{n['potential']}", style="magenta")
@@ -112,8 +143,43 @@ def render_tree(trace: dict, width: int) -> Tree:
     return tree
 
 
+def legend() -> Table:
+    """What the tree's marks, numbers and colours mean."""
+    table = Table(title="legend", title_justify="left", show_header=False, box=None, padding=(0, 1))
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+    table.add_row(Text("s 0.812", style="bold"), "this step's score from the PRM (scorer)")
+    table.add_row(Text("p 0.640", style="bold"), "path score of a completed path (step scores aggregated)")
+    table.add_row(Text(ANSWER_MARK, style="bold yellow"), "the path of the answer: the best path score")
+    table.add_row(Text(SPECULATIVE_MARK, style="magenta"), "speculative: generated before its parent's depth was "
+                                                             "decided")
+    table.add_row(Text("x3", style="magenta"), "one step generated once for 3 candidates (CD)")
+    for status, meaning in STATUS_MEANING.items():
+        table.add_row(Text(status, style=STATUS_STYLE[status]), meaning)
+    table.add_row(Text("[eos]", style="bold"), "why a completed path ended: eos, length, step-cap")
+    return table
+
+
+def summary_table(s: dict) -> Table:
+    """The counts of :func:`summarize` as a table; pruned and cancelled each with their rules."""
+    table = Table(title="summary", show_header=False)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+
+    def with_rules(count: int, rules: dict) -> str:
+        return f"{count}" + (f" ({', '.join(f'{k} {v}' for k, v in rules.items())})" if rules else "")
+
+    for key in ("nodes", "max_depth", "completed"):
+        table.add_row(key.replace("_", " "), str(s[key]))
+    table.add_row("pruned (by rule)", with_rules(s["pruned"], s["pruned_by_rule"]))
+    table.add_row("cancelled (by rule)", with_rules(s["cancelled"], s["cancelled_by_rule"]))
+    for key in ("speculative_nodes", "tokens_generated", "tokens_wasted", "dedup_saved_tokens"):
+        table.add_row(key.replace("_", " "), str(s[key]))
+    return table
+
+
 def to_dot(trace: dict, width: int = 40) -> str:
-    """Graphviz source of the tree (status as colour, best path bold)."""
+    """Graphviz source of the tree (status as colour, the answer's path bold, speculative nodes dashed)."""
     colors = {"completed": "darkgreen", "selected": "green", "pruned": "red", "cancelled": "gray"}
     best = best_path(trace["nodes"])
     lines = ["digraph search {", "  node [shape=box, fontsize=10];"]
@@ -121,6 +187,8 @@ def to_dot(trace: dict, width: int = 40) -> str:
         text = _short(n.get("text", "") or "(prompt)", width).replace("\\", "\\\\").replace('"', '\\"')
         score = "" if n.get("score") is None else f"\\n{n['score']:.3f}"
         style = ', penwidth=3' if n["id"] in best else ""
+        if n.get("speculative"):
+            style += ", style=dashed"
         lines.append(f'  n{n["id"]} [label="{text}{score}\\n{n["status"]}", '
                      f'color={colors.get(n["status"], "black")}{style}];')
         if n["parent"] is not None:
@@ -132,27 +200,59 @@ def to_dot(trace: dict, width: int = 40) -> str:
 @click.command()
 @click.argument("trace_file", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["tree", "dot", "json"]), default="tree", show_default=True,
-              help="tree: rich view and summary; dot: Graphviz source; json: summary object.")
+              help="tree: the tree with a legend and summary counts; dot: Graphviz source; json: summary counts.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write dot/json output to this file instead of stdout.")
-@click.option("--width", type=click.IntRange(min=10), default=70, show_default=True, help="Step text width.")
+              help="Write the output to this file instead of stdout (any format; the tree as plain text).")
+@click.option("--width", type=click.IntRange(min=10), default=70, show_default=True,
+              help="Characters of step text per row (rows are also cut at the terminal's width).")
 def trace(trace_file, fmt, output, width):
-    """Show one search tree (OUT/traces/<id>.json written by `specscale solve`)."""
+    """Show one search tree (OUT/traces/<id>.json written by `specscale solve`).
+
+    Each row is one candidate step: depth, its PRM step score (s), its text and status.
+    \b
+    pruned     lost selection (rules: top-k, ep, perfect-score)
+    cancelled  never needed: below a pruned candidate, a surplus child (surplus),
+               past FastTTS's cap (fasttts-cap)
+    ★ marks the path of the answer, ~ a speculative step, xK a step shared by K candidates (CD).
+    """
     data = load_trace(trace_file)
     if fmt == "tree":
-        console = Console()
+        if output:
+            # a file gets plain text at a comfortable width, whatever the terminal
+            console = Console(file=io.StringIO(), width=max(100, width + 40), no_color=True, highlight=False)
+        else:
+            console = Console(highlight=False, width=_terminal_width())
         console.print(render_tree(data, width))
-        s = summarize(data)
-        table = Table(title="summary", show_header=False)
-        for key in ("nodes", "max_depth", "completed", "pruned", "cancelled", "speculative_nodes",
-                    "tokens_generated", "tokens_wasted", "dedup_saved_tokens"):
-            table.add_row(key.replace("_", " "), str(s[key]))
-        if s["pruned_by"]:
-            table.add_row("pruned by", ", ".join(f"{k} {v}" for k, v in sorted(s["pruned_by"].items())))
-        console.print(table)
+        console.print(legend())
+        console.print(summary_table(summarize(data)))
+        if output:
+            _write(output, console.file.getvalue())
         return
     text = to_dot(data, width) if fmt == "dot" else json.dumps(summarize(data), indent=2) + "\n"
     if output:
-        output.write_text(text, encoding="utf-8")
+        _write(output, text)
     else:
         click.echo(text, nl=False)
+
+
+def _terminal_width() -> int | None:
+    """Columns of the terminal the user looks at, also when stdout is piped (``trace ... | less``):
+    ``COLUMNS`` if set, else the size of whichever of stdout, stderr, stdin is a terminal; None
+    lets rich choose."""
+    import os
+
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    for stream in (sys.stdout, sys.stderr, sys.stdin):
+        try:
+            return os.get_terminal_size(stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            continue
+    return None
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -145,7 +145,9 @@ def test_panel_and_summary_render(run):
     console = Console(file=io.StringIO(), width=120)
     console.print(summary_table(final_summary(s, {})))
     text = console.file.getvalue()
-    assert "run summary" in text and f"{s['prm_calls']} (" in text and f"{s['pruned_ep']} by EP" in text
+    assert "run summary" in text and f"{s['prm_calls']} (" in text and f"EP's rules: {s['pruned_ep']})" in text
+    assert f"{sum(s['pruned_by_rule'].values())} candidates lost selection" in text
+    assert f"{sum(s['cancelled_by_rule'].values())} candidates never needed" in text
 
 
 def test_token_rate_window():
