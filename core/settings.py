@@ -19,6 +19,14 @@ SCORER_DESCRIPTIONS = {
     "math-shepherd": "Math-Shepherd: the + share of {+,-} at each ' ки' step tag",
 }
 SCORER_NAMES = tuple(SCORER_DESCRIPTIONS)
+# the search policies (core.search.driver.POLICIES) and what each does, in one line
+POLICY_DESCRIPTIONS = {
+    "non-spec": "a depth's N candidates finish their step, one PRM batch scores them, the top-k expand",
+    "naive-spec": "each finished step is scored at once and expanded speculatively; losers' subtrees cancelled",
+    "fasttts": "FastTTS baseline: low-priority speculative extension, a depth verified once all of it finished",
+    "specscale": "naive-spec plus early pruning (--ep), deduplication (--cd) and lazy verification (--lv)",
+}
+POLICY_NAMES = tuple(POLICY_DESCRIPTIONS)
 # dtype names the loader accepts (core.models.loader.DTYPES maps them to torch dtypes)
 DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 GIB = 1 << 30

@@ -131,17 +131,20 @@ def _mfu(model, tokenizer, batch: int, context: int, steps: int, peak: float) ->
 
 
 @bench.command("engine")
-@click.option("--model", "model_spec", default="smollm2-135m-instruct", show_default=True, help="Model spec.")
-@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--model", "model_spec", default="smollm2-135m-instruct", show_default=True,
+              help="Model to measure: embedded name, HF folder, hub name or .gguf file.")
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Requests per throughput case, and the decode batch of the MFU measurement.")
 @click.option("--equal-prompt", type=int, default=128, show_default=True, help="Prompt tokens, equal-length case.")
 @click.option("--equal-output", type=int, default=128, show_default=True, help="Output tokens, equal-length case.")
 @click.option("--mixed-prompt", type=(int, int), default=(30, 600), show_default=True, help="Prompt range, mixed case.")
 @click.option("--mixed-output", type=(int, int), default=(16, 256), show_default=True, help="Output range, mixed case.")
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=64, show_default=True,
               help="Static batch size for transformers generate.")
-@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=2048, show_default=True,
+              help="Engine: tokens per step (prefill chunks and decode rows together).")
 @click.option("--mfu-context", type=int, default=200, show_default=True, help="Cached tokens per sequence for MFU.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random prompts and lengths.")
 @click.option("--cases", default="equal,mixed", show_default=True,
               help="Throughput cases to run (comma-separated; empty for MFU only).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")

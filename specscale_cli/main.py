@@ -14,6 +14,7 @@ from .trace import trace
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="specscale", prog_name="specscale")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 def cli(verbose):
     """SpecScale: PRM-guided (speculative) beam search for LLM math reasoning on one engine."""

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import click
 
-_GIB = 1 << 30
+from core.settings import GIB as _GIB
+from core.settings import POLICY_DESCRIPTIONS, POLICY_NAMES, SCORER_DESCRIPTIONS, SCORER_NAMES
 
 # (option flags, destination field, table, click type, help)
 _MODEL_OPTIONS = [
     (("--generator",), "generator", str, "Generator model: embedded name, HF folder, hub name or .gguf file."),
     (("--prm",), "prm", str, "Scoring model (same forms as --generator)."),
-    (("--scorer",), "scorer", str,
-     "How the PRM model scores a step: likelihood, lm-judge or a PRM adapter (qwen-math-prm, rlhflow, ...)."),
+    (("--scorer",), "scorer", click.Choice(SCORER_NAMES),
+     "How the PRM model scores a step: " + "; ".join(f"{k}: {v}" for k, v in SCORER_DESCRIPTIONS.items()) + "."),
     (("--dtype",), "dtype", click.Choice(["float32", "bfloat16", "float16"]), "Weights dtype (CPU default float32)."),
     (("--device",), "device", str, "cpu or cuda[:i]."),
     (("--max-num-seqs",), "max_num_seqs", click.IntRange(min=1), "Engine: running sequences per step."),
@@ -67,31 +68,73 @@ def model_and_search_options(fn=None, *, with_policy: bool = True):
                           "Default: smollm2-cpu."),
     ]
     if with_policy:
-        opts.append(click.option("--policy", type=click.Choice(["non-spec", "naive-spec", "fasttts", "specscale"]),
-                                 default="non-spec", show_default=True, help="Search policy (see README: Policies)."))
+        opts.append(click.option("--policy", type=click.Choice(POLICY_NAMES), default="non-spec", show_default=True,
+                                 help="Search policy. " + "; ".join(f"{k}: {v}" for k, v in
+                                                                    POLICY_DESCRIPTIONS.items()) + "."))
     opts += [
         click.option("--ep/--no-ep", "early_pruning", default=None,
-                     help="specscale: early pruning of candidates that cannot reach the top-k (default on)."),
+                     help="specscale: early pruning of candidates that cannot reach the top-k."
+                          + preset_default("early_pruning")),
         click.option("--cd/--no-cd", "dedup", default=None,
-                     help="specscale: computation deduplication of candidates sharing a prefix (default on)."),
+                     help="specscale: computation deduplication of candidates sharing a prefix."
+                          + preset_default("dedup")),
         click.option("--lv/--no-lv", "lazy_verification", default=None,
-                     help="specscale: lazy verification, one PRM queue for all problems (default on)."),
+                     help="specscale: lazy verification, one PRM queue for all problems."
+                          + preset_default("lazy_verification")),
         click.option("--lv-threshold", type=click.IntRange(min=1), default=None,
-                     help="LV: flush once the queue holds this many tokens (default 2048)."),
+                     help="LV: flush once the queue holds this many tokens the PRM must compute."
+                          + preset_default("lv_threshold")),
         click.option("--lv-max-deferrals", type=click.IntRange(min=0), default=None,
-                     help="LV: flush once a task has been passed over this many times (default 6)."),
+                     help="LV: flush once a task has been passed over this many times."
+                          + preset_default("lv_max_deferrals")),
         click.option("--perfect-score", type=float, default=None,
-                     help="specscale EP: score that closes a depth once k candidates reach it (default 1.0; "
-                          "a value above 1 disables the rule)."),
+                     help="specscale EP: score that closes a depth once k candidates reach it (a value above 1 "
+                          "disables the rule)." + preset_default("perfect_score")),
         click.option("--kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Generator KV pool (GiB)."),
         click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Scorer KV pool (GiB)."),
         click.option("--no-prefix-caching", is_flag=True, help="Disable prefix caching (for measurements)."),
     ]
     for flags, dest, typ, help_ in _MODEL_OPTIONS + _SEARCH_OPTIONS:
-        opts.append(click.option(*flags, dest, type=typ, default=None, help=help_))
+        opts.append(click.option(*flags, dest, type=typ, default=None, help=help_ + preset_default(dest)))
     for opt in reversed(opts):
         fn = opt(fn)
     return functools.wraps(fn)(fn)
+
+
+@functools.lru_cache(maxsize=1)
+def _default_preset_values() -> dict:
+    """Every field of the default preset as it resolves (preset fields over dataclass defaults)."""
+    import dataclasses
+
+    from core.presets import DEFAULT_PRESET, PresetError, read_preset
+
+    try:
+        models, search = read_preset(DEFAULT_PRESET).resolve()
+    except PresetError:
+        return {}  # a broken default preset is reported when a command reads it
+    values = {**dataclasses.asdict(models), **dataclasses.asdict(search)}
+    for dest, field in (("kv_cache_gb", "gen_kv_bytes"), ("prm_kv_cache_gb", "prm_kv_bytes")):
+        if values.get(field) is not None:
+            values[dest] = round(values[field] / _GIB, 3)
+    return values
+
+
+def preset_default(dest: str) -> str:
+    """The end of a flag's help that says the default the preset gives it: `` [default: 4 from smollm2-cpu]``.
+
+    Empty for a field the default preset leaves unset.
+    """
+    from core.presets import DEFAULT_PRESET
+
+    values = _default_preset_values()
+    if values.get(dest) is None:
+        return ""
+    value = values[dest]
+    if isinstance(value, str):
+        value = repr(value) if len(value) <= 40 else repr(value[:37] + "...")
+    elif isinstance(value, bool):
+        value = "on" if value else "off"
+    return f"  [default: {value} from {DEFAULT_PRESET}]"
 
 
 def prm_options(fn=None, *, with_scorer: bool = True):

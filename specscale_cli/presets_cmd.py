@@ -9,6 +9,8 @@ import click
 import orjson
 
 _GIB = 1 << 30
+# columns the table needs to show every column without breaking names; narrower gets blocks
+WIDE_TABLE = 120
 
 
 @click.command("presets")
@@ -56,6 +58,9 @@ def _print_list(rows: list[dict]) -> None:
     from rich.markup import escape
 
     console = Console()
+    if console.width < WIDE_TABLE:
+        _print_narrow(console, rows)
+        return
     table = Table(title="Presets (use: specscale solve --preset NAME; details: specscale presets NAME)")
     for column in ("name", "generator", "PRM", "scorer", "device", "N/M"):
         table.add_column(column, no_wrap=column in ("name", "device", "N/M"), overflow="fold")
@@ -68,6 +73,26 @@ def _print_list(rows: list[dict]) -> None:
     for row in rows:
         if "error" in row:
             console.print(f"[red]invalid preset {row['name']}:[/red] {escape(row['error'])}", soft_wrap=True)
+
+
+def _print_narrow(console, rows: list[dict]) -> None:
+    """One block of lines per preset, for terminals too narrow for the table (under 120 columns)."""
+    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.text import Text
+
+    console.print("Presets (use: specscale solve --preset NAME; details: specscale presets NAME)", style="italic")
+    for row in rows:
+        console.print()
+        if "error" in row:
+            console.print(f"[red]invalid preset {row['name']}:[/red] {escape(row['error'])}")
+            continue
+        console.print(Text.assemble((row["name"], "bold cyan"), f"  {row['device']} · N/M "
+                                    f"{row['beam_size']}/{row['beam_width']} · scorer {row['scorer']}"))
+        console.print(f"  generator  {escape(row['generator'])}")
+        console.print(f"  PRM        {escape(row['prm'])}")
+        if row["description"]:
+            console.print(Padding(Text(row["description"], style="dim"), (0, 0, 0, 2)))
 
 
 def _show_one(preset, as_json: bool) -> None:

@@ -34,7 +34,7 @@ CASES = {
     "missing file": (lambda d: ["nope.jsonl"], "no such file: nope.jsonl"),
     "N not divisible by M": (lambda d: [str(GSM8K), "-n", "6", "-m", "4"], "must be divisible by beam width M=4"),
     "unknown preset": (lambda d: [str(GSM8K), "--preset", "nope"], "unknown preset 'nope'"),
-    "unknown scorer": (lambda d: [str(GSM8K), "--scorer", "nope"], "unknown scorer 'nope'"),
+    "unknown scorer": (lambda d: [str(GSM8K), "--scorer", "nope"], "'nope' is not one of 'likelihood', 'lm-judge'"),
     "cuda on a CPU build": (lambda d: [str(GSM8K), "--device", "cuda"], "--device cuda: "),
     "every record lacks the field": (
         lambda d: [_write(d / "p.jsonl", [{"prompt": "1+1?", "id": 1}, {"prompt": "2+2?", "id": 2}]).name],

@@ -142,7 +142,8 @@ def test_decode_escapes(typed, meant):
 def test_bad_scorer_flag_is_a_usage_error():
     res = CliRunner().invoke(_settings_cmd, ["--scorer", "nope"])
     assert res.exit_code == 2
-    assert f"--scorer: unknown scorer 'nope'; choose one of {', '.join(SCORERS)}" in res.output
+    choices = ", ".join(f"'{name}'" for name in SCORERS)
+    assert f"Invalid value for '--scorer': 'nope' is not one of {choices}." in res.output
 
 
 def test_unknown_preset_lists_available():
