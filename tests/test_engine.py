@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import (
-    TINY, free_all, greedy, hf_greedy, hf_logits, make_engine, random_prompts, run_to_end,
+    free_all, greedy, hf_greedy, hf_logits, make_engine, random_prompts, run_to_end,
 )
 from core.engine.engine import EngineConfig, GenerationEngine
 from core.engine.sequence import SamplingParams, Sequence, SeqStatus, StopCriteria, StopReason
@@ -582,12 +582,3 @@ def test_resume_after_delimiter_continues_like_one_pass(tiny_model):
         engine.resume(seqs[0], [0], ["x"])  # its path ended
     free_all(engine, seqs)
     assert engine.pool.num_used == 0
-
-
-def test_sliding_window_model_is_refused():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(**{**TINY, "use_sliding_window": True, "sliding_window": 16,
-                         "max_window_layers": 0})
-    with pytest.raises(ValueError, match="sliding"):
-        GenerationEngine(Qwen2ForCausalLM(cfg), EngineConfig(block_size=4, num_blocks=128))

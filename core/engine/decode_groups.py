@@ -158,7 +158,7 @@ def _group_union(members: list[int], tables: list[list[int]]) -> tuple[list[int]
 
 
 def build_decode_groups(packed_rows: list[int], tables: list[list[int]], lengths: list[int], block_size: int,
-                        q_per_kv: int, device, call_cost: float = CALL_COST) -> DecodePlan:
+                        q_per_kv: int, device, call_cost: float = CALL_COST, window: int | None = None) -> DecodePlan:
     """Group decode rows (:func:`group_decode_rows`), bucket the groups (:func:`bucket_groups`) and
     build each bucket's query slots, block list and mask.
 
@@ -170,13 +170,21 @@ def build_decode_groups(packed_rows: list[int], tables: list[list[int]], lengths
         q_per_kv: query heads per KV head (GQA folds them into the query-length axis).
         device: where the tensors go.
         call_cost: see :func:`bucket_groups` (0: one call per group).
+        window: sliding window in tokens: a row sees only its last ``window`` positions, and blocks
+            wholly before them are neither gathered nor attended. None: the whole context.
 
     Raises:
-        ValueError: a table does not cover its row's length.
+        ValueError: a table does not cover its row's length, or ``window`` < 1.
     """
     for row, (table, length) in enumerate(zip(tables, lengths)):
         if length > len(table) * block_size or length < 1:
             raise ValueError(f"decode row {row}: {len(table)} blocks cannot hold {length} tokens")
+    if window is not None and window < 1:
+        raise ValueError(f"sliding window must be >= 1 token, got {window}")
+    # first visible position and first block read of each row
+    starts = [0 if window is None else max(0, length - window) for length in lengths]
+    first = [start // block_size for start in starts]
+    tables = [table[f:] for table, f in zip(tables, first)]
     groups = group_decode_rows(tables)
     unions = [_group_union(members, tables) for members in groups]
     out_rows: list[int] = []
@@ -200,12 +208,14 @@ def build_decode_groups(packed_rows: list[int], tables: list[list[int]], lengths
                 slot = n * rows_per_group + r
                 keep.append(slot)
                 out_rows.append(packed_rows[row])
-                length = lengths[row]
+                # positions [start, length) of the row, in blocks first[row], first[row] + 1, ...
+                length, start, base = lengths[row], starts[row], first[row] * block_size
                 for t, block in enumerate(tables[row]):
                     j = index[block] * block_size
-                    visible = min(block_size, length - t * block_size)
-                    key_rows.extend([slot] * visible)
-                    key_slots.extend(range(j, j + visible))
+                    lo = max(0, start - base - t * block_size)
+                    hi = min(block_size, length - base - t * block_size)
+                    key_rows.extend([slot] * (hi - lo))
+                    key_slots.extend(range(j + lo, j + hi))
             query_rows.extend(packed_rows[row] for row in members)
             # padding slots repeat the group's first row and see one real key, so no row is all -inf
             pad = rows_per_group - len(members)

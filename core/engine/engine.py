@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from core.models.loader import attention_problems
+
 from .block_pool import BlockPool, OutOfBlocks
 from .kv_cache import KVCache, KVLayout
 from .kv_manager import KVManager
@@ -82,17 +84,18 @@ class GenerationEngine:
         tokenizer: used to decode pieces for step-delimiter detection (None: no delimiter matching).
 
     Raises:
-        ValueError: the KV pool cannot hold one sequence of ``max_model_len`` tokens, or the model
-            uses sliding-window attention (not supported by the paged backend).
+        ValueError: the KV pool cannot hold one sequence of ``max_model_len`` tokens, or the model's
+            attention uses a feature the paged backend does not implement
+            (:func:`core.models.loader.attention_problems`; sliding windows are implemented).
     """
 
     def __init__(self, model, config: EngineConfig | None = None, tokenizer=None):
         config = config or EngineConfig()
         mc = model.config
-        if getattr(mc, "use_sliding_window", False) and getattr(mc, "sliding_window", None):
-            raise ValueError(
-                f"{type(model).__name__} uses sliding-window attention (window {mc.sliding_window}); "
-                "the paged engine supports full attention only")
+        problems = attention_problems(model)
+        if problems:
+            raise ValueError(f"{type(model).__name__} cannot run on the paged engine: its attention uses "
+                             f"{'; '.join(problems)}")
         self.model = model
         self.config = config
         self.tokenizer = tokenizer

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention import META_KWARG, AttentionMetadata, PrefillSpan, offset_causal_mask, register_attention
-from .decode_groups import build_decode_groups
+from .attention import META_KWARG, AttentionMetadata, DecodeInputs, PrefillSpan, offset_causal_mask, register_attention
 from .kv_cache import KVCache
 from .sequence import Sequence
 
@@ -77,8 +76,9 @@ class ModelRunner:
         dev = self.device
         meta = AttentionMetadata(kv=self.kv, slot_mapping=torch.cat(slots).to(dev), num_tokens=len(ids), prefill=spans)
         if decode_rows:
-            meta.decode = build_decode_groups(decode_rows, decode_tables, decode_lens, bs, self.q_per_kv, dev)
-            meta.k_gather, meta.v_gather = self._gather_buffers(meta.decode.blocks.numel())
+            # plans are built on first use, once per attention window the model's layers ask for
+            meta.decode_inputs = DecodeInputs(decode_rows, decode_tables, decode_lens, bs, self.q_per_kv, dev)
+            meta.gather = self._gather_buffers
         input_ids = torch.tensor(ids, device=dev)
         position_ids = torch.tensor(positions, device=dev)
         return input_ids, position_ids, meta

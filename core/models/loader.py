@@ -76,6 +76,71 @@ class LoadedModel:
         return frozenset(ids)
 
 
+# layer types of `transformers` configs (``config.layer_types``) the paged attention implements
+SUPPORTED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+# model types whose attention adds ALiBi position biases (some without a config flag saying so)
+_ALIBI_MODEL_TYPES = frozenset({"bloom", "mpt", "baichuan"})
+
+
+def attention_problems(model) -> list[str]:
+    """What in ``model``'s attention the engine's paged attention does not implement (empty: none).
+
+    Implemented: causal attention with grouped KV heads and a sliding window, per layer (the
+    ``sliding_window`` a layer passes to its attention call: Mistral's ``sliding_window``, Qwen2's
+    ``sliding_attention`` layers). Everything else that changes which keys a query sees or how it
+    weighs them is reported: attention logit soft-capping (``attn_logit_softcapping``, Gemma 2),
+    attention sinks (a ``sinks`` parameter, gpt-oss), ALiBi biases, layer types other than full and
+    sliding attention (chunked, linear, ...), chunked attention (``attention_chunk_size``),
+    bidirectional attention, key and value heads of different sizes (multi-head latent attention),
+    and models whose attention does not go through `transformers`' attention interface at all.
+
+    Args:
+        model: a `transformers` model (its ``config`` and modules are read, nothing is run).
+
+    Returns:
+        One short description per unsupported feature.
+    """
+    config = model.config
+    problems = []
+    if not getattr(type(model), "_supports_attention_backend", False):
+        problems.append(f"{type(model).__name__} does not route attention through transformers' attention interface")
+    softcap = getattr(config, "attn_logit_softcapping", None)
+    if softcap:
+        problems.append(f"attention logit soft-capping (attn_logit_softcapping={softcap})")
+    if any(name.endswith("sinks") for name, _ in model.named_parameters()):
+        problems.append("attention sinks")
+    attn_config = getattr(config, "attn_config", None)
+    alibi_flag = attn_config.get("alibi") if isinstance(attn_config, dict) else getattr(attn_config, "alibi", False)
+    if getattr(config, "alibi", False) or alibi_flag or getattr(config, "model_type", "") in _ALIBI_MODEL_TYPES:
+        problems.append("ALiBi position biases")
+    other = sorted(set(getattr(config, "layer_types", None) or []) - SUPPORTED_LAYER_TYPES)
+    if other:
+        problems.append(f"layer types {', '.join(other)} (only {', '.join(sorted(SUPPORTED_LAYER_TYPES))})")
+    if getattr(config, "attention_chunk_size", None):
+        problems.append(f"chunked attention (attention_chunk_size={config.attention_chunk_size})")
+    if getattr(config, "use_bidirectional_attention", False) or getattr(config, "is_causal", True) is False:
+        problems.append("bidirectional attention")
+    v_dim = getattr(config, "v_head_dim", None)
+    qk_dim = getattr(config, "qk_head_dim", None) or getattr(config, "head_dim", None)
+    if v_dim and qk_dim and v_dim != qk_dim:
+        problems.append(f"key and value heads of different sizes ({qk_dim} and {v_dim})")
+    return problems
+
+
+def check_attention(model, name: str | None = None) -> None:
+    """Refuse a model whose attention the paged engine would compute wrongly (see :func:`attention_problems`).
+
+    Raises:
+        ModelLoadError: the model uses an attention feature the engine does not implement; the
+            message names the model and every such feature.
+    """
+    problems = attention_problems(model)
+    if problems:
+        label = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        raise ModelLoadError(f"model '{label}' cannot run on the paged engine: its attention uses "
+                             f"{'; '.join(problems)}")
+
+
 def cache_root() -> Path:
     """Folder for de-quantized embedded models (``$SPECSCALE_CACHE`` or ``~/.cache/specscale``)."""
     return Path(os.environ.get("SPECSCALE_CACHE", Path.home() / ".cache" / "specscale"))
@@ -185,8 +250,9 @@ def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = 
         device: ``cpu`` or ``cuda[:i]``.
 
     Raises:
-        ModelLoadError: the spec names nothing loadable, or `transformers` cannot load it
-            (unsupported architecture, missing files, no network for a hub name).
+        ModelLoadError: the spec names nothing loadable, `transformers` cannot load it
+            (unsupported architecture, missing files, no network for a hub name), or its attention
+            uses a feature the paged engine does not implement (:func:`check_attention`).
     """
     from transformers import AutoTokenizer
 
@@ -215,5 +281,6 @@ def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = 
         raise
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"cannot load model '{spec}': {exc}") from exc
+    check_attention(model, spec)
     model.to(device).eval()
     return LoadedModel(model, tok, spec)
