@@ -11,21 +11,32 @@ A block is in exactly one of three states:
 
 Prefix caching follows vLLM's automatic prefix caching: a *full* block is identified by the hash of
 its token ids chained to the hash of the block before it, so equal hashes mean equal whole prefixes.
+A hit is only taken when the cached block's stored content (parent hash and token ids) equals the
+content looked up, so two prefixes whose hashes collide never share KV.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from typing import Iterable, Sequence
 
+import xxhash
+
 
 def chain_block_hash(parent_hash: int | None, token_ids: Sequence[int]) -> int:
-    """Hash of one full block given the hash of the block before it (None for the first block).
+    """Content hash of one full block chained to the hash of the block before it (None for the first).
 
-    Python's tuple hash of ints is deterministic across processes (no hash randomisation for ints),
-    64-bit on CPython, which makes collisions negligible for the cache sizes used here.
+    128-bit xxh3 over the parent's hash and the token ids as little-endian int64: stable across
+    processes, Python versions and machines (unlike the builtin ``hash``), and wide enough that a
+    collision is not a practical concern; :meth:`BlockPool.lookup` still compares the stored
+    content on every hit, so even a collision cannot share a wrong block.
     """
-    return hash((parent_hash, tuple(token_ids)))
+    parent = (parent_hash or 0).to_bytes(16, "little")
+    return xxhash.xxh3_128_intdigest(parent + array("q", token_ids).tobytes())
+
+
+BlockContent = tuple  # (parent hash or None, token ids as a tuple): what a registered block holds
 
 
 class OutOfBlocks(Exception):
@@ -49,6 +60,7 @@ class BlockPool:
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_count = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_content: list[BlockContent | None] = [None] * num_blocks
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out low ids first
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # ref 0 but hashed; LRU order
         self._hash_to_block: dict[int, int] = {}
@@ -115,38 +127,50 @@ class BlockPool:
                     self._free.append(b)
 
     # ------------------------------------------------------------------ prefix cache
-    def register_full_block(self, block: int, h: int) -> None:
-        """Record that ``block`` now holds the full block with chained hash ``h``.
+    def register_full_block(self, block: int, h: int, content: BlockContent) -> None:
+        """Record that ``block`` now holds the full block with chained hash ``h`` and ``content``
+        (``(parent hash, token ids)``).
 
-        If another block already holds that content, the existing mapping wins and ``block``
-        simply stays unhashed (it is freed normally when its owner lets go).
+        If another block already holds that hash, the existing mapping wins and ``block`` simply
+        stays unhashed (it is freed normally when its owner lets go).
         """
         if not self.enable_prefix_caching or self.block_hash[block] is not None:
             return
         if h in self._hash_to_block:
             return
         self.block_hash[block] = h
+        self.block_content[block] = content
         self._hash_to_block[h] = block
 
-    def count_cached(self, hashes: Sequence[int]) -> int:
-        """How many of ``hashes``, from the start, name cached blocks (no references taken)."""
+    def _match(self, h: int, content: BlockContent) -> int | None:
+        """The cached block for hash ``h`` if it holds exactly ``content``, else None."""
+        b = self._hash_to_block.get(h)
+        if b is None or self.block_content[b] != content:
+            return None
+        return b
+
+    def count_cached(self, keys: Sequence[tuple[int, BlockContent]]) -> int:
+        """How many of ``keys`` (``(hash, content)`` per block), from the start, name cached blocks
+        holding that content (no references taken)."""
         if not self.enable_prefix_caching:
             return 0
         n = 0
-        for h in hashes:
-            if h not in self._hash_to_block:
+        for h, content in keys:
+            if self._match(h, content) is None:
                 break
             n += 1
         return n
 
-    def lookup(self, hashes: Sequence[int]) -> list[int]:
-        """Longest run of cached blocks matching ``hashes`` from the start; takes a reference on each."""
+    def lookup(self, keys: Sequence[tuple[int, BlockContent]]) -> list[int]:
+        """Longest run of cached blocks matching ``keys`` (``(hash, content)`` per block) from the
+        start; takes a reference on each. A block whose hash matches but whose content differs (a
+        collision) ends the run."""
         if not self.enable_prefix_caching:
             return []
         hit = []
-        self.queries += len(hashes)
-        for h in hashes:
-            b = self._hash_to_block.get(h)
+        self.queries += len(keys)
+        for h, content in keys:
+            b = self._match(h, content)
             if b is None:
                 break
             hit.append(b)
@@ -159,6 +183,7 @@ class BlockPool:
         if h is not None and self._hash_to_block.get(h) == b:
             del self._hash_to_block[h]
         self.block_hash[b] = None
+        self.block_content[b] = None
 
     def reset_prefix_cache(self) -> None:
         """Drop every cached (unreferenced) block back to the free list."""

@@ -42,27 +42,27 @@ class KVManager:
         unread = seq.read_positions[len(seq.read_logits):]  # all of them unless re-admitted after preemption
         if unread:
             first_needed = min(first_needed, unread[0])
-        n_full = first_needed // bs
-        hashes = []
-        h = None
-        for i in range(n_full):
-            h = chain_block_hash(h, seq.token_ids[i * bs:(i + 1) * bs])
-            hashes.append(h)
-        hit = self.pool.lookup(hashes)
+        keys = self._block_keys(seq.token_ids, first_needed // bs)
+        hit = self.pool.lookup(keys)
         seq.block_table = list(hit)
-        seq.block_hashes = hashes[:len(hit)]
+        seq.block_hashes = [h for h, _ in keys[:len(hit)]]
         seq.num_computed = len(hit) * bs
         seq.num_cached_prompt = seq.num_computed
         return seq.num_computed
 
     def cached_prefix_tokens(self, token_ids: list[int]) -> int:
         """Tokens at the start of ``token_ids`` the prefix cache holds now (whole blocks; no side effects)."""
+        return self.pool.count_cached(self._block_keys(token_ids, len(token_ids) // self.block_size)) * self.block_size
+
+    def _block_keys(self, token_ids: list[int], n_full: int) -> list[tuple[int, tuple]]:
+        """``(chained hash, (parent hash, token ids))`` of the first ``n_full`` full blocks of ``token_ids``."""
         bs = self.block_size
-        hashes, h = [], None
-        for i in range(len(token_ids) // bs):
-            h = chain_block_hash(h, token_ids[i * bs:(i + 1) * bs])
-            hashes.append(h)
-        return self.pool.count_cached(hashes) * bs
+        keys, h = [], None
+        for i in range(n_full):
+            tokens = tuple(token_ids[i * bs:(i + 1) * bs])
+            parent, h = h, chain_block_hash(h, tokens)
+            keys.append((h, (parent, tokens)))
+        return keys
 
     def grow(self, seq: Sequence, num_new_tokens: int) -> None:
         """Allocate the blocks ``seq`` needs for ``num_new_tokens`` more tokens.
@@ -81,9 +81,10 @@ class KVManager:
         full = seq.num_computed // bs
         h = seq.block_hashes[-1] if seq.block_hashes else None
         for i in range(len(seq.block_hashes), full):
-            h = chain_block_hash(h, seq.token_ids[i * bs:(i + 1) * bs])
+            tokens = tuple(seq.token_ids[i * bs:(i + 1) * bs])
+            parent, h = h, chain_block_hash(h, tokens)
             seq.block_hashes.append(h)
-            self.pool.register_full_block(seq.block_table[i], h)
+            self.pool.register_full_block(seq.block_table[i], h, (parent, tokens))
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Give ``child`` the parent's computed KV: full blocks shared, the partial block copied.
