@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import time
 
 import click
+import orjson
 
 from .options import model_and_search_options
 
@@ -183,7 +183,7 @@ def bench_engine(model_spec, num_requests, equal_prompt, equal_output, mixed_pro
     result["mfu"] = _mfu(model, tok, num_requests, mfu_context, 16, peak)
     if not as_json:
         click.echo(f"mfu at decode batch {num_requests}: {result['mfu']['mfu']}", err=True)
-    click.echo(json.dumps(result, indent=None if as_json else 2))
+    click.echo(orjson.dumps(result, option=0 if as_json else orjson.OPT_INDENT_2).decode())
 
 
 def _parse_rates(text: str) -> list[float]:
@@ -197,8 +197,8 @@ def _parse_rates(text: str) -> list[float]:
 
 
 @bench.command("search")
-@click.option("--dataset", type=click.Path(exists=True, dir_okay=False), default="examples/math500_sample.jsonl",
-              show_default=True, help="JSONL problems (id, problem, answer).")
+@click.option("--problems", "problems_file", type=click.Path(exists=True, dir_okay=False),
+              default="examples/math500_sample.jsonl", show_default=True, help="JSONL problems (id, problem, answer).")
 @click.option("--limit", type=click.IntRange(min=1), default=16, show_default=True, help="First K problems.")
 @click.option("--policies", default="non-spec,naive-spec,fasttts,specscale:ep,specscale:ep+cd,specscale:ep+cd+lv",
               show_default=True, help="Comma-separated policy specs (specscale:ep, :cd, :lv and '+' combinations).")
@@ -213,7 +213,7 @@ def _parse_rates(text: str) -> list[float]:
               show_default=True, help="Folder for results.json, results.csv and the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")
 @model_and_search_options(with_policy=False)
-def bench_search(dataset, limit, policies, max_concurrent, request_rates, arrival_seed, repeats, out_dir, as_json,
+def bench_search(problems_file, limit, policies, max_concurrent, request_rates, arrival_seed, repeats, out_dir, as_json,
                  **opts):
     """Every policy on the same problems, models loaded once, in one process (paper §5.2-§5.4).
 
@@ -227,6 +227,7 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
     from rich.console import Console
 
     from core.bench.search_bench import parse_policies, run_benchmark
+    from core.io.durable import write_atomically
     from core.io.problems import Problem, read_problems
     from core.models.loader import ModelLoadError
     from core.solver import load_models
@@ -245,9 +246,9 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
-    problems = [p for p in read_problems(dataset) if isinstance(p, Problem)][:limit]
+    problems = [p for p in read_problems(problems_file) if isinstance(p, Problem)][:limit]
     if not problems:
-        raise click.UsageError(f"{dataset}: no valid problems")
+        raise click.UsageError(f"{problems_file}: no valid problems")
     try:
         models = load_models(settings)
     except (ModelLoadError, ValueError) as exc:
@@ -262,18 +263,18 @@ def bench_search(dataset, limit, policies, max_concurrent, request_rates, arriva
 
     result = run_benchmark(models, settings, problems, search_cfg, names, max_concurrent, rates, arrival_seed, on_run,
                            repeats=repeats)
-    result = {"dataset": dataset, "problems": len(problems), "beam_size": search_cfg.beam_size,
+    result = {"problems_file": problems_file, "problems": len(problems), "beam_size": search_cfg.beam_size,
               "beam_width": search_cfg.beam_width, "max_concurrent": max_concurrent, "request_rates": rates, "repeats": repeats,
               "generator": settings.generator, "prm": settings.prm, "scorer": settings.scorer,
               "search": dataclasses.asdict(search_cfg), **result}
     rate_keys = [str(r) for r in rates]
     console.print(results_table(result["policies"], rate_keys))
-    (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    write_atomically(out / "results.json", orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     write_csv(out / "results.csv", result["policies"], rate_keys)
     plots = write_plots(out, result["policies"], rate_keys)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.csv'}, " + ", ".join(str(p) for p in plots))
     if as_json:
-        click.echo(json.dumps(result))
+        click.echo(orjson.dumps(result).decode())
 
 
 def _register_verifier():

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+import orjson
 
 from .options import build_settings, prm_options
 
-PROJECT = Path(__file__).resolve().parent.parent
-# the full GSM8K test set lives next to the checkout when present (DESIGN.md, "Data")
-SHARED_GSM8K = PROJECT.parent / "shared" / "data" / "gsm8k_test.jsonl"
-SAMPLE_GSM8K = PROJECT / "examples" / "gsm8k_sample.jsonl"
-
-
-def _default_dataset() -> Path:
-    return SHARED_GSM8K if SHARED_GSM8K.is_file() else SAMPLE_GSM8K
+SAMPLE_GSM8K = Path(__file__).resolve().parent.parent / "examples" / "gsm8k_sample.jsonl"
 
 
 def _table(results: dict):
@@ -32,16 +25,16 @@ def _table(results: dict):
 
 
 @click.command("verifier")
-@click.option("--dataset", type=click.Path(exists=True, dir_okay=False), default=None,
-              help=f"JSONL with 'problem' and reference 'solution' (GSM8K style). Default: {SHARED_GSM8K.relative_to(PROJECT.parent)} "
-                   "next to the project if present, else examples/gsm8k_sample.jsonl.")
+@click.option("--problems", "problems_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="JSONL with 'problem' and a reference 'solution' (GSM8K style, e.g. the GSM8K test set). "
+                   "Default: examples/gsm8k_sample.jsonl (10 problems).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="Problems to take (in file order); each numbered solution step gives one pair.")
 @click.option("--scorers", default="likelihood,lm-judge", show_default=True, help="Comma-separated scorers to compare.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the number changes.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line of stdout).")
 @prm_options(with_scorer=False)
-def bench_verifier(dataset, limit, scorers, seed, as_json, **opts):
+def bench_verifier(problems_file, limit, scorers, seed, as_json, **opts):
     """AUROC and pairwise accuracy of each scorer on correct/wrong step pairs from reference solutions.
 
     Each solution line with a number is a correct step; its wrong twin changes one number. Both are
@@ -62,7 +55,7 @@ def bench_verifier(dataset, limit, scorers, seed, as_json, **opts):
     if not names or unknown:
         raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown) or '(none given)'}; choose from "
                                  f"{', '.join(SCORERS)}", param_hint="--scorers")
-    path = Path(dataset) if dataset else _default_dataset()
+    path = Path(problems_file) if problems_file else SAMPLE_GSM8K
     try:
         problems = read_solved_problems([path], limit)
     except (OSError, ValueError) as exc:
@@ -85,8 +78,8 @@ def bench_verifier(dataset, limit, scorers, seed, as_json, **opts):
         raise click.UsageError(str(exc)) from exc
     console.print(_table(results))
     best = max(results, key=lambda n: (results[n]["auroc"], results[n]["pairwise_accuracy"]))
-    result = {"dataset": str(path), "problems": len(problems), "pairs": len(pairs), "seed": seed,
+    result = {"problems_file": str(path), "problems": len(problems), "pairs": len(pairs), "seed": seed,
               "prm": settings.prm, "step_delimiter": search_cfg.step_delimiter, "scorers": results,
               "best_scorer": best}
     if as_json:
-        click.echo(json.dumps(result))
+        click.echo(orjson.dumps(result).decode())

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+import orjson
 
 from .options import build_settings, prm_options
 
@@ -60,10 +60,10 @@ def _plot(points, recommended: int, best: float, path: Path, title: str) -> None
 @click.command("profile-threshold")
 @click.option("--problems", "problem_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="JSONL problems with a 'solution' field (repeatable). Default: examples/*.jsonl.")
-@click.option("--min-tokens", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Smallest batch (input tokens); sizes double up to --max-tokens.")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
-              help="Largest batch (input tokens).")
+@click.option("--min-batch-tokens", "min_tokens", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Smallest PRM batch (input tokens); sizes double up to --max-batch-tokens.")
+@click.option("--max-batch-tokens", "max_tokens", type=click.IntRange(min=1), default=8192, show_default=True,
+              help="Largest PRM batch (input tokens).")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed flushes per batch size (after one warm-up flush); the median counts.")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="runs/profile-threshold",
@@ -86,6 +86,7 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
     import torch
     from rich.console import Console
 
+    from core.io.durable import write_atomically
     from core.models.loader import ModelLoadError, load_model
     from core.presets import PresetError
     from core.preset_edit import set_search_field
@@ -145,10 +146,10 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
             result["wrote_preset"] = str(set_search_field(write_preset, "lv_threshold", recommended))
         except (PresetError, OSError) as exc:
             raise click.UsageError(f"--write: {exc}") from exc
-    json_path.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    write_atomically(json_path, orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     console.print(f"recommended lv_threshold: {recommended} tokens (smallest batch within "
                   f"{NEAR_BEST:.0%} of the best, {best:.0f} tokens/s); wrote {json_path}, {plot_path}"
                   + (f"; set in {result['wrote_preset']}" if result["wrote_preset"] else "")
                   + ("" if write_preset else f" (store it with --write {preset or 'PRESET'})"))
     if as_json:
-        click.echo(json.dumps(result))
+        click.echo(orjson.dumps(result).decode())

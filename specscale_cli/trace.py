@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -228,7 +227,7 @@ def trace(trace_file, fmt, output, width):
         if output:
             _write(output, console.file.getvalue())
         return
-    text = to_dot(data, width) if fmt == "dot" else json.dumps(summarize(data), indent=2) + "\n"
+    text = to_dot(data, width) if fmt == "dot" else orjson.dumps(summarize(data), option=orjson.OPT_INDENT_2).decode() + "\n"
     if output:
         _write(output, text)
     else:

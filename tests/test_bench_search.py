@@ -109,7 +109,7 @@ def test_repeats_run_in_rounds_and_report_the_median_run_and_same_round_ratios(m
 
 def test_bench_search_cli_writes_results_csv_plots_and_json(tiny_dir, tmp_path):
     out = tmp_path / "bench"
-    args = ["bench", "search", "--dataset", str(GSM8K), "--limit", "2", "--policies", "non-spec,specscale:ep+cd+lv",
+    args = ["bench", "search", "--problems", str(GSM8K), "--limit", "2", "--policies", "non-spec,specscale:ep+cd+lv",
             "--request-rates", "50", "-o", str(out), "--json",
             "--generator", str(tiny_dir), "--prm", str(tiny_dir), "--step-delimiter", "e", "-n", "4", "-m", "2",
             "--max-steps", "2", "--max-step-tokens", "16", "--kv-cache-gb", "0.05", "--prm-kv-cache-gb", "0.05",

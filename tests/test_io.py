@@ -16,7 +16,6 @@ from core.io.problems import Problem, ProblemError, read_problems
 from core.io.writers import AnswerWriter, safe_filename, write_trace
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-SHARED_DATA = Path("/work/shared/data")
 
 
 def write_lines(path: Path, lines: list[bytes | str | dict]) -> Path:
@@ -555,26 +554,15 @@ def test_example_files_have_ten_valid_problems(name):
     assert len({p.id for p in items}) == 10
 
 
-def test_gsm8k_example_is_first_ten_source_lines():
-    src = SHARED_DATA / "gsm8k_test.jsonl"
-    if not src.exists():
-        pytest.skip("shared benchmark data not present")
-    with open(src, "rb") as fh:
-        first = [next(fh) for _ in range(10)]
-    assert (EXAMPLES / "gsm8k_sample.jsonl").read_bytes() == b"".join(first)
-
-
-def test_math500_example_lines_are_verbatim_and_varied():
+def test_examples_are_valid_and_varied():
+    gsm8k = list(read_problems(EXAMPLES / "gsm8k_sample.jsonl"))
+    assert [p.id for p in gsm8k] == [f"gsm8k-test-{i:04d}" for i in range(10)]
+    assert all(isinstance(p, Problem) and p.answer and p.extra["solution"] for p in gsm8k)
     items = list(read_problems(EXAMPLES / "math500_sample.jsonl"))
+    assert len(items) == 10 and all(isinstance(p, Problem) and p.answer for p in items)
     subjects = {p.extra["subject"] for p in items}
     assert len(subjects) == 7
     assert all(1 <= p.extra["level"] <= 3 for p in items)
-    src = SHARED_DATA / "math500_test.jsonl"
-    if not src.exists():
-        pytest.skip("shared benchmark data not present")
-    source_lines = set(src.read_bytes().splitlines())
-    for line in (EXAMPLES / "math500_sample.jsonl").read_bytes().splitlines():
-        assert line in source_lines
 
 
 def test_iter_lines_reads_a_giant_line_in_pieces():

@@ -123,7 +123,7 @@ def test_profile_threshold_cli_on_tiny_model(tiny_loaded, tmp_path):
     shutil.copy(PRESET, preset)
     out = tmp_path / "profile"
     res = CliRunner().invoke(cli, [
-        "profile-threshold", "--min-tokens", "64", "--max-tokens", "256", "--repeats", "1", "-o", str(out),
+        "profile-threshold", "--min-batch-tokens", "64", "--max-batch-tokens", "256", "--repeats", "1", "-o", str(out),
         "--json", "--write", str(preset), "--preset", str(preset), "--prm", str(model_dir),
         "--prm-kv-cache-gb", "0.05", "--max-model-len", "1024"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
@@ -140,5 +140,5 @@ def test_profile_threshold_cli_on_tiny_model(tiny_loaded, tmp_path):
     assert result["wrote_preset"] == str(preset)
     assert load_preset(str(preset))[1]["lv_threshold"] == result["recommended_threshold"]
 
-    res = CliRunner().invoke(cli, ["profile-threshold", "--min-tokens", "512", "--max-tokens", "256"])
-    assert res.exit_code == 2 and "min tokens" in res.output
+    res = CliRunner().invoke(cli, ["profile-threshold", "--min-batch-tokens", "512", "--max-batch-tokens", "256"])
+    assert res.exit_code == 2 and "min batch tokens" in res.output

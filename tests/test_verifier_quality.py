@@ -160,14 +160,14 @@ def tiny_dir(tmp_path_factory, tiny_loaded):
 
 
 def test_bench_verifier_cli_on_tiny_model(tiny_dir):
-    args = ["bench", "verifier", "--dataset", str(GSM8K), "--limit", "2", "--json", "--prm", str(tiny_dir),
+    args = ["bench", "verifier", "--problems", str(GSM8K), "--limit", "2", "--json", "--prm", str(tiny_dir),
             "--prm-kv-cache-gb", "0.05", "--max-model-len", "1024"]
     res = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])
     expected_pairs = len(build_pairs(read_solved_problems([GSM8K], limit=2), seed=0))
     assert out["pairs"] == expected_pairs == 6
-    assert out["problems"] == 2 and out["dataset"] == str(GSM8K) and out["seed"] == 0
+    assert out["problems"] == 2 and out["problems_file"] == str(GSM8K) and out["seed"] == 0
     assert set(out["scorers"]) == {"likelihood", "lm-judge"}
     for r in out["scorers"].values():
         assert r["pairs"] == expected_pairs

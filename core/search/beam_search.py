@@ -1,6 +1,6 @@
 """PRM-guided beam search for one problem: the non-speculative baseline and the speculative policies.
 
-All policies share one depth-synchronous *decision* rule (DESIGN.md "Policies", Snell et al. 2024):
+All policies share one depth-synchronous *decision* rule (docs/design.md, "Policies"; Snell et al. 2024):
 the candidates of depth d (the children of the candidates selected at depth d-1) each generate one
 step and are scored; once all are scored, candidates whose path ended (EOS, a length limit, the
 step cap) complete; with ``remaining = N - completed``, the best ``k = ceil(remaining / M)`` live

@@ -1,6 +1,6 @@
 """The event loop: streams problems into one generator engine and one verifier.
 
-Each iteration (DESIGN.md "Data flow"): admit problems up to ``max_concurrent`` -> one generator
+Each iteration (docs/design.md, "Data flow"): admit problems up to ``max_concurrent`` -> one generator
 step over all runnable sequences -> step-done events go to each problem's policy -> the verifier
 flushes queued tasks -> scores go back to the policies, which select, prune, expand or finish ->
 finished problems are reported at once through ``on_result``.

@@ -1,7 +1,7 @@
 """The "lm-judge" CPU scorer: ask a chat LM whether the last step is correct.
 
 score = P(yes) / (P(yes) + P(no)) from the next-token logits after the question, i.e.
-sigmoid(logit_yes - logit_no) (DESIGN.md, "LM judge"). The scorer input is
+sigmoid(logit_yes - logit_no) (docs/design.md, "Verifier and PRM formats"). The scorer input is
 ``[judge prefix + problem] [step 1] ... [step t] [question suffix]``: everything up to step t is
 the node's ``prefix_ids`` and is shared with the node's children, so the prefix cache serves it.
 """

@@ -1,6 +1,6 @@
 """The "math-shepherd" scorer: Math-Shepherd PRM (``peiyi9979/math-shepherd-mistral-7b-prm``).
 
-Format (model card, DESIGN.md "Verifier"): plain text, no chat: question + " " + the steps,
+Format (model card; docs/design.md, "Verifier and PRM formats"): plain text, no chat: question + " " + the steps,
 each followed by the step tag " ки" and joined by "\\n"; the tokenizer's own special tokens (BOS)
 come first. The step score is softmax over the logits of the "+" and "-" tokens at the tag's
 position, the "+" share. The card takes "+"/"-" as the ids of ``"+ -"``, i.e. the forms that follow

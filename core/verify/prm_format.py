@@ -1,6 +1,6 @@
 """Shared layout of the trained-PRM input formats: ``root (lead step trail)*``, one score per trail.
 
-Every public PRM format (DESIGN.md, "Verifier") puts the steps of a path one after another, each
+Every public PRM format (docs/design.md, "Verifier and PRM formats") puts the steps of a path one after another, each
 preceded by a *lead* (text joining it to what came before) and followed by a *trail* (a step tag
 or chat-turn tokens) holding the token whose output row gives the step's score. A node's
 ``prefix_ids`` therefore end with its step's trail, and its children append ``lead + step + trail``:

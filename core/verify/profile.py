@@ -52,7 +52,7 @@ def batch_sizes(min_tokens: int, max_tokens: int) -> list[int]:
         ValueError: ``min_tokens < 1`` or ``min_tokens > max_tokens``.
     """
     if min_tokens < 1 or min_tokens > max_tokens:
-        raise ValueError(f"need 1 <= min tokens <= max tokens, got {min_tokens} and {max_tokens}")
+        raise ValueError(f"need 1 <= min batch tokens <= max batch tokens, got {min_tokens} and {max_tokens}")
     sizes = [min_tokens]
     while sizes[-1] * 2 <= max_tokens:
         sizes.append(sizes[-1] * 2)

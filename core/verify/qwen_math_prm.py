@@ -1,6 +1,6 @@
 """The "qwen-math-prm" scorer: Qwen2.5-Math-PRM (hub ``Qwen/Qwen2.5-Math-PRM-7B`` / ``-72B``).
 
-Format (model card, DESIGN.md "Verifier"): a chat with the system turn
+Format (model card; docs/design.md, "Verifier and PRM formats"): a chat with the system turn
 "Please reason step by step, and put your final answer within \\boxed{}.", the question as the
 user turn, and an assistant turn holding the steps, each followed by ``<extra_0>``. The step
 score is softmax over the model's 2-class head at that step's ``<extra_0>``, class 1. The head is

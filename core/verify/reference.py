@@ -2,7 +2,7 @@
 
 `profile-threshold` and `bench verifier` score steps of real worked solutions (GSM8K, MATH) on the
 PRM exactly as the search does: a path's scorer input starts at ``scorer.root_ids(problem, system
-prompt)`` and grows by ``scorer.step_ids(step)`` per step (DESIGN.md, "Verifier"), and the step
+prompt)`` and grows by ``scorer.step_ids(step)`` per step (docs/design.md, "Verifier and PRM formats"), and the step
 being scored goes through ``scorer.request(parent_prefix, prefix)``. A step's text ends with the
 step delimiter, as a generated step does.
 """

@@ -1,7 +1,7 @@
 """The "rlhflow" scorer: RLHFlow Llama3.1-8B-PRM (``RLHFlow/Llama3.1-8B-PRM-Deepseek-Data``,
 ``-Mistral-Data``), a causal LM fine-tuned to answer "+" or "-" after each step.
 
-Format (model card, DESIGN.md "Verifier"): a chat whose first user turn is question + " " +
+Format (model card; docs/design.md, "Verifier and PRM formats"): a chat whose first user turn is question + " " +
 step 1, every step followed by an assistant turn "+", later steps as new user turns. The step
 score is P("+") from softmax over the logits of "+" and "-" at the position that predicts that
 assistant "+" (the last token of the assistant header; the card reads position -3 of a
