@@ -44,50 +44,101 @@ class OutOfBlocks(Exception):
 
 
 class BlockPool:
-    """Reference-counted pool of ``num_blocks`` KV blocks of ``block_size`` tokens each.
+    """Reference-counted pool of KV blocks of ``block_size`` tokens each, optionally growing on demand.
+
+    A fixed pool (``max_blocks`` None) holds ``num_blocks`` blocks from the start. A growing pool
+    starts with ``num_blocks`` (may be 0) and adds blocks when an allocation cannot be served, up to
+    ``max_blocks``; the engine backs it with memory that becomes resident only when a block is first
+    written (:class:`core.engine.kv_cache.KVCache` with ``lazy=True``), so the pool's size, and the
+    memory it costs, follow the work instead of a guess made before it. Free blocks are handed out
+    most recently freed first and low ids first, so the blocks in use stay within the lowest ids.
+
+    Unreferenced prefix-cached blocks compete with growth: when no free block is left, a growing
+    pool evicts cached blocks (oldest freed first) while more than ``cache_share`` of its blocks
+    are cached, and grows otherwise. ``cache_share`` 0 grows only for blocks in use (the prefix
+    cache keeps whatever room is left); 0.5 lets the cache hold up to as many blocks as are in use.
 
     Args:
-        num_blocks: total number of blocks in the KV cache.
+        num_blocks: blocks in the pool from the start.
         block_size: tokens per block.
         enable_prefix_caching: register full blocks under their chained hash and reuse them.
+        max_blocks: most blocks a growing pool may reach; None: fixed at ``num_blocks``.
+        cache_share: see above (growing pools only), in [0, 1).
+
+    Raises:
+        ValueError: sizes below 1 (``num_blocks`` may be 0 for a growing pool), ``max_blocks <
+            num_blocks``, or ``cache_share`` outside [0, 1).
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
-        if num_blocks < 1 or block_size < 1:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 max_blocks: int | None = None, cache_share: float = 0.0):
+        if num_blocks < (0 if max_blocks else 1) or block_size < 1 or (max_blocks is not None and max_blocks < 1):
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
+        if max_blocks is not None and max_blocks < num_blocks:
+            raise ValueError(f"max_blocks {max_blocks} is below num_blocks {num_blocks}")
+        if not 0.0 <= cache_share < 1.0:
+            raise ValueError(f"cache_share must be in [0, 1), got {cache_share}")
         self.num_blocks = num_blocks
+        self.max_blocks = max_blocks if max_blocks is not None else num_blocks
+        self.cache_share = cache_share
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.ref_count = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
-        self.block_content: list[BlockContent | None] = [None] * num_blocks
+        self.ref_count = [0] * self.max_blocks
+        self.block_hash: list[int | None] = [None] * self.max_blocks
+        self.block_content: list[BlockContent | None] = [None] * self.max_blocks
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out low ids first
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # ref 0 but hashed; LRU order
         self._hash_to_block: dict[int, int] = {}
         self.hits = 0  # blocks served from the prefix cache (for metrics)
         self.queries = 0  # blocks looked up
         self.peak_used = 0  # most blocks referenced at once (for metrics)
+        self.evictions = 0  # cached blocks reused for other content (for metrics)
 
     # ------------------------------------------------------------------ counts
     @property
+    def growable(self) -> bool:
+        """True when the pool may still add blocks."""
+        return self.num_blocks < self.max_blocks
+
+    @property
     def num_free(self) -> int:
-        """Blocks that an allocation can take now (free plus evictable cached)."""
-        return len(self._free) + len(self._cached_free)
+        """Blocks that an allocation can take now: free, evictable cached, and those the pool may still add."""
+        return len(self._free) + len(self._cached_free) + self.max_blocks - self.num_blocks
 
     @property
     def num_used(self) -> int:
         """Blocks referenced by at least one sequence."""
-        return self.num_blocks - self.num_free
+        return self.num_blocks - len(self._free) - len(self._cached_free)
 
     # ------------------------------------------------------------------ allocation
+    def grow(self, n: int) -> int:
+        """Add up to ``n`` blocks (never past ``max_blocks``); returns how many were added.
+
+        The new ids go to the bottom of the free stack: blocks freed earlier (their memory already
+        resident) are handed out before any new one.
+        """
+        n = max(0, min(n, self.max_blocks - self.num_blocks))
+        if n:
+            start = self.num_blocks
+            self._free[:0] = range(start + n - 1, start - 1, -1)
+            self.num_blocks += n
+        return n
+
     def allocate(self, n: int) -> list[int]:
-        """Take ``n`` blocks with ref count 1; evicts least recently freed cached blocks if needed.
+        """Take ``n`` blocks with ref count 1, growing the pool or evicting least recently freed cached
+        blocks when no free block is left (see the class docstring for which).
 
         Raises:
-            OutOfBlocks: fewer than ``n`` blocks are free or evictable (nothing is taken then).
+            OutOfBlocks: fewer than ``n`` blocks are free, evictable or still to be added (nothing
+                is taken then).
         """
         if n > self.num_free:
             raise OutOfBlocks(f"need {n} KV blocks, {self.num_free} free")
+        short = n - len(self._free)
+        if short > 0 and self.growable:
+            # evict only what the cache holds beyond its share of the pool; grow for the rest
+            evictable = max(0, len(self._cached_free) - int(self.cache_share * self.num_blocks))
+            self.grow(short - min(short, evictable))
         out = []
         for _ in range(n):
             if self._free:
@@ -95,6 +146,7 @@ class BlockPool:
             else:
                 b, _ = self._cached_free.popitem(last=False)
                 self._forget_hash(b)
+                self.evictions += 1
             self.ref_count[b] = 1
             out.append(b)
         self.peak_used = max(self.peak_used, self.num_used)

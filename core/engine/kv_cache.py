@@ -7,6 +7,8 @@ page in every layer, so copying a block for copy-on-write is one indexing op ove
 
 from __future__ import annotations
 
+import math
+import mmap
 from dataclasses import dataclass
 
 import torch
@@ -35,27 +37,55 @@ class KVLayout:
         return cls(config.num_hidden_layers, kv_heads, head_dim, dtype)
 
 
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, object | None]:
+    """A zero-filled CPU tensor whose memory becomes resident only where it is written.
+
+    Backed by a private anonymous memory map: the kernel hands out zero pages on first touch, so
+    reserving room for many KV blocks costs address space, not memory, until blocks are used.
+    Falls back to ``torch.zeros`` (all resident) where anonymous maps are not available.
+
+    Returns:
+        ``(tensor, buffer)``: keep ``buffer`` (the map, or None) alive as long as the tensor.
+    """
+    numel = math.prod(shape)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    try:
+        buffer = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except (AttributeError, OSError, TypeError, ValueError):  # no anonymous maps (Windows), or refused
+        return torch.zeros(shape, dtype=dtype), None
+    return torch.frombuffer(buffer, dtype=dtype, count=numel).view(shape), buffer
+
+
 class KVCache:
-    """Preallocated K/V pages for ``num_blocks`` blocks of ``block_size`` tokens.
+    """K/V pages for ``num_blocks`` blocks of ``block_size`` tokens.
 
     Args:
         layout: the model's KV shape.
         num_blocks: pages to allocate.
         block_size: tokens per page.
         device: where the cache lives.
+        lazy: on CPU, reserve the pages without making them resident (:func:`lazy_zeros`): a block
+            costs memory from its first write on. For pools that grow on demand.
 
-    Memory: ``num_blocks * block_size * layout.bytes_per_token`` bytes, allocated (and zeroed,
-    so the pages are touched once here rather than page-faulting inside the first forwards).
+    Memory: ``num_blocks * block_size * layout.bytes_per_token`` bytes. Eager pools are allocated
+    and zeroed here, so the pages are touched once rather than page-faulting inside the first
+    forwards; lazy pools become resident block by block (the lowest block ids first, as the block
+    pool hands them out), at most as much as the blocks ever used.
     """
 
-    def __init__(self, layout: KVLayout, num_blocks: int, block_size: int, device: torch.device | str = "cpu"):
+    def __init__(self, layout: KVLayout, num_blocks: int, block_size: int, device: torch.device | str = "cpu",
+                 lazy: bool = False):
         self.layout = layout
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.data = torch.zeros(
-            layout.num_layers, 2, num_blocks, block_size, layout.num_kv_heads, layout.head_dim,
-            dtype=layout.dtype, device=device,
-        )
+        shape = (layout.num_layers, 2, num_blocks, block_size, layout.num_kv_heads, layout.head_dim)
+        self._buffer = None
+        if lazy and torch.device(device).type == "cpu":
+            self.data, self._buffer = lazy_zeros(shape, layout.dtype)
+        else:
+            self.data = torch.zeros(shape, dtype=layout.dtype, device=device)
+        self.lazy = self._buffer is not None
 
     def layer(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V pages of one layer, each ``[num_blocks, block_size, kv_heads, head_dim]``."""

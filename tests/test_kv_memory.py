@@ -1,0 +1,111 @@
+"""KV pools sized by the work (issue 15, item 6): pools that grow on demand, memory that becomes
+resident only where blocks are written, the auto sizing, and peak resident memory."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from core.engine.block_pool import BlockPool, OutOfBlocks, chain_block_hash
+from core.engine.kv_cache import KVCache, KVLayout, lazy_zeros
+from core.memory import peak_rss_bytes, physical_memory_bytes
+
+
+def _cache(pool: BlockPool, blocks: list[int], tag: int) -> None:
+    """Register ``blocks`` as full prefix-cached blocks, then drop their references (cached-free)."""
+    for i, b in enumerate(blocks):
+        tokens = (tag, i)
+        pool.register_full_block(b, chain_block_hash(None, tokens), (None, tokens))
+    pool.free(blocks)
+
+
+def test_fixed_pool_is_unchanged():
+    pool = BlockPool(4, 16)
+    assert pool.num_free == 4 and not pool.growable
+    assert pool.allocate(4) == [0, 1, 2, 3]
+    with pytest.raises(OutOfBlocks):
+        pool.allocate(1)
+
+
+def test_growing_pool_adds_blocks_only_for_blocks_in_use():
+    pool = BlockPool(0, 16, max_blocks=10)
+    assert pool.num_blocks == 0 and pool.num_free == 10 and pool.num_used == 0
+    a = pool.allocate(3)
+    assert a == [0, 1, 2] and pool.num_blocks == 3 and pool.num_used == 3
+    pool.free(a)  # unhashed: back to the free list, most recently freed first
+    assert pool.allocate(2) == [0, 1] and pool.num_blocks == 3
+    assert pool.allocate(3) == [2, 3, 4] and pool.num_blocks == 5  # the freed block before new ids
+    assert pool.peak_used == 5 and pool.num_free == 5
+
+
+def test_growing_pool_evicts_cached_blocks_before_growing():
+    pool = BlockPool(0, 16, max_blocks=10)
+    _cache(pool, pool.allocate(4), tag=1)
+    assert pool.num_blocks == 4 and pool.num_used == 0 and pool.num_free == 10
+    # oldest cached first (a prefix is released tail first), no growth
+    assert pool.allocate(3) == [3, 2, 1]
+    assert pool.num_blocks == 4 and pool.evictions == 3
+    assert pool.allocate(3) == [4, 5, 0]  # two new blocks, then the one cached block left
+    assert pool.num_blocks == 6 and pool.evictions == 4
+
+
+def test_cache_share_keeps_prefix_cached_blocks_and_grows_instead():
+    pool = BlockPool(0, 16, max_blocks=8, cache_share=0.5)
+    _cache(pool, pool.allocate(4), tag=1)
+    # 4 cached of 4 blocks: 2 may go (above half of the pool), the pool grows for the rest
+    assert pool.allocate(3) == [4, 3, 2] and pool.num_blocks == 5 and pool.evictions == 2
+    assert pool.count_cached([(chain_block_hash(None, (1, i)), (None, (1, i))) for i in (0, 1)]) == 2
+    # 2 cached of 5 blocks is within the share: the pool grows
+    assert pool.allocate(3) == [5, 6, 7] and pool.num_blocks == 8
+    # at the cap the cache gives way whatever its share
+    assert pool.allocate(2) == [1, 0] and pool.evictions == 4
+    with pytest.raises(OutOfBlocks):
+        pool.allocate(1)
+
+
+def test_pool_arguments_are_checked():
+    with pytest.raises(ValueError):
+        BlockPool(0, 16)  # a fixed pool needs blocks
+    with pytest.raises(ValueError):
+        BlockPool(5, 16, max_blocks=4)
+    with pytest.raises(ValueError):
+        BlockPool(0, 16, max_blocks=4, cache_share=1.0)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_lazy_cache_is_resident_only_where_written():
+    layout = KVLayout(num_layers=8, num_kv_heads=2, head_dim=64, dtype=torch.float32)
+    block_bytes = layout.bytes_per_token * 16  # 64 KiB
+    before = _rss()
+    cache = KVCache(layout, 8192, 16, lazy=True)  # 512 MiB reserved
+    assert cache.lazy and cache.nbytes == 8192 * block_bytes
+    assert _rss() - before < 16 << 20
+    k, v = cache.layer(3)
+    assert float(k[100].abs().sum()) == 0.0  # reads see zeros
+    cache.data[:, :, :64] = 1.0  # write 64 blocks in every layer
+    grown = _rss() - before
+    assert 64 * block_bytes <= grown < 64 * block_bytes + (16 << 20)
+    cache.copy_blocks([0], [65])
+    assert torch.equal(cache.data[:, :, 65], cache.data[:, :, 0])
+    eager = KVCache(layout, 16, 16)
+    assert not eager.lazy and eager.data.abs().sum() == 0
+
+
+def test_lazy_zeros_shape_and_dtype():
+    t, buffer = lazy_zeros((3, 5, 7), torch.bfloat16)
+    assert t.shape == (3, 5, 7) and t.dtype == torch.bfloat16 and buffer is not None
+    assert t.abs().sum() == 0
+    t[1, 2, 3] = 2.5
+    assert float(t.sum()) == 2.5
+
+
+def test_memory_figures():
+    assert peak_rss_bytes() > 50 << 20  # torch is imported
+    assert physical_memory_bytes() > 256 << 20
