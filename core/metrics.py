@@ -133,7 +133,6 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
     if total is not None:
         eta = estimate_eta(wall, max(0, total - finished), stats.problems_done, stats.problem_seconds,
                            [now - t0 for t0 in stats.in_flight.values()])
-    running = engine.scheduler.running
     pool, prm_pool = engine.pool, verifier.engine.pool
     vs = verifier.stats
     pruned = dict(sorted(stats.prunes.pruned.items()))
@@ -150,11 +149,11 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         "tokens_per_s": _ratio(stats.generated_tokens, wall),
         "tokens_per_s_now": tokens_per_s_now,
         "engine_steps": stats.engine_steps,
-        "preemptions": engine.scheduler.num_preemptions,
-        "prm_preemptions": verifier.engine.scheduler.num_preemptions,
-        "running_sequences": len(running),
-        "waiting_sequences": len(engine.scheduler.waiting),
-        "logical_candidates": sum(len(s.tags) for s in running),
+        "preemptions": engine.num_preemptions,
+        "prm_preemptions": verifier.engine.num_preemptions,
+        "running_sequences": engine.num_running,
+        "waiting_sequences": engine.num_waiting,
+        "logical_candidates": engine.num_running_candidates,
         "kv_blocks_used": pool.num_used,
         "kv_blocks_total": pool.num_blocks,
         "kv_blocks_peak": pool.peak_used,

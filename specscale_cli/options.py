@@ -38,6 +38,10 @@ _SEARCH_OPTIONS = [
     (("--system-prompt",), "system_prompt", str,
      "The generator's system turn ('' for none); \\n \\t \\r \\\\ are understood, other backslashes (\\boxed) kept."),
 ]
+# flags of the specscale policy's own techniques (EP, CD, LV): refused under the other policies
+_SPECSCALE_FLAGS = {"early_pruning": "--ep/--no-ep", "dedup": "--cd/--no-cd", "lazy_verification": "--lv/--no-lv",
+                    "lv_threshold": "--lv-threshold", "lv_max_deferrals": "--lv-max-deferrals",
+                    "perfect_score": "--perfect-score"}
 # Text flags where a shell makes some characters awkward to type; see decode_escapes.
 _ESCAPED_OPTIONS = ("step_delimiter", "system_prompt")
 _ESCAPE = re.compile(r"\\([\\ntr])")
@@ -173,7 +177,14 @@ def build_settings(opts: dict):
         models, search = load_preset(opts.pop("preset") or DEFAULT_PRESET)
     except PresetError as exc:
         raise click.UsageError(str(exc)) from exc
+    chooses_policy = "policy" in opts
     policy = opts.pop("policy", "non-spec")
+    if chooses_policy and policy != "specscale":
+        # EP, CD and LV exist only in the specscale policy: a flag for them would silently do nothing
+        given = [flag for dest, flag in _SPECSCALE_FLAGS.items() if opts.get(dest) is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only the specscale policy has early pruning, deduplication "
+                                   f"and lazy verification; this run uses --policy {policy}")
     if opts.get("kv_cache_gb") is not None:
         models["gen_kv_bytes"] = int(opts["kv_cache_gb"] * _GIB)
     if opts.get("prm_kv_cache_gb") is not None:

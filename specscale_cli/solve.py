@@ -216,12 +216,12 @@ def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, st
                 record["correct"] = answers_equivalent(result["pred"], gold)
                 record["vote_correct"] = answers_equivalent(result["vote_pred"], gold)
             record.update(result)
-            record["policy"] = search.policy
+            record["policy"] = search.policy.name
             record["time_s"] = round(time.perf_counter() - search.tree.t0, 3)
             trace = None
             if traces:
                 trace = search.tree.to_dict()
-                trace["policy"] = search.policy
+                trace["policy"] = search.policy.name
             # one problem's files are written whole: a stop signal waits for the end of this block
             with signals.critical():
                 if trace is not None:

@@ -95,7 +95,7 @@ def test_final_snapshot_agrees_with_results_and_trees(run):
         assert s["pruned_by_rule"]["top-k"] > 0
     else:
         # greedy: every candidate on a sequence draws its token, all equal, and all but one are shared
-        assert s["cd_saved_tokens"] == s["generated_tokens"] - rt.engine.total_forward_rows > 0
+        assert s["cd_saved_tokens"] == s["generated_tokens"] - rt.engine.total_logit_rows > 0
         assert s["pruned_ep"] > 0
 
 

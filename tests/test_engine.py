@@ -133,7 +133,7 @@ def test_packed_batch_logits_match_plain_forward(tiny_model):
 
     # the schedule really mixed things: a continued prefill chunk next to decode rows in one forward
     assert any(any(n > 1 and c > 0 for _, c, n in b) and any(n == 1 and c > 0 for _, c, n in b) for b in batches)
-    assert {id(s) for s in prefilled} == {id(s) for s in pre}
+    assert set(prefilled) == {s.seq_id for s in pre}
     for s in pre:
         assert s.stop_reason is StopReason.PREFILLED and s.status is SeqStatus.FINISHED
         assert len(s.read_logits) == len(s.read_positions)
@@ -267,12 +267,12 @@ def test_fork_sampling_does_not_corrupt_parent(tiny_model, generated_at_fork):
     (unforked,) = make_engine(tiny_model).generate([p], sp, st, seeds=[7])
 
     engine = make_engine(tiny_model)
-    s = engine.add(p, sampling=sp, stop=st, seeds=[7], tags=["parent"])
+    s = engine.add(p, sampling=sp, stop=st, seeds=[7], candidates=["parent"])
     while s.num_generated < generated_at_fork:
         engine.step()
     at_fork = list(s.token_ids)
-    c = engine.fork(s, seeds=[99], tags=["child"])
-    assert c.seeds == [99] and c.tags == ["child"] and s.seeds == [7]
+    c = engine.fork(s, seeds=[99], candidates=["child"])
+    assert c.seeds == [99] and c.candidates == ["child"] and s.seeds == [7]
     run_to_end(engine)
     assert s.token_ids == unforked.token_ids
     assert c.token_ids[:len(at_fork)] == at_fork and c.token_ids != s.token_ids
@@ -330,7 +330,7 @@ def test_prompt_of_exactly_max_model_len(tiny_model):
     with pytest.raises(ValueError):
         engine.add([1, 2], read_positions=[2])
     with pytest.raises(ValueError):
-        engine.add([1, 2], seeds=[1, 2], tags=["a"])
+        engine.add([1, 2], seeds=[1, 2], candidates=["a"])
     with pytest.raises(ValueError):
         make_engine(tiny_model, max_model_len=32, num_blocks=8)
     # a generating sequence stops when it reaches the context limit
@@ -447,11 +447,12 @@ def test_multi_seed_sequence_forks_per_candidate(tiny_model):
     run_to_end(ref_engine)
 
     engine = make_engine(tiny_model)
-    s = engine.add(p, sampling=sp, stop=st, seeds=SEEDS, tags=TAGS)
+    s = engine.add(p, sampling=sp, stop=st, seeds=SEEDS, candidates=TAGS)
     out = engine.step()
-    assert len(out.forked) == 3 and all(parent is s for parent, _ in out.forked)
-    members = [s] + [child for _, child in out.forked]
-    assert [m.seeds for m in members] == [[x] for x in SEEDS] and [m.tags for m in members] == [[t] for t in TAGS]
+    assert len(out.forked) == 3 and all(ev.parent == s.seq_id for ev in out.forked)
+    members = [s] + [engine.sequence(ev.child) for ev in out.forked]
+    assert [ev.candidates for ev in out.forked] == [(t,) for t in TAGS[1:]]
+    assert [m.seeds for m in members] == [[x] for x in SEEDS] and [m.candidates for m in members] == [[t] for t in TAGS]
     for m, seed in zip(members, SEEDS):
         assert m.num_generated == 1 and m.token_ids[-1] == ref[seed].token_ids[len(p)]
     assert engine.pool.ref_count[s.block_table[0]] == 4  # the prompt's full blocks are shared
@@ -469,11 +470,11 @@ def test_multi_seed_dedup_keeps_candidates_together_until_they_diverge(tiny_mode
     run_to_end(ref_engine)
 
     engine = make_engine(tiny_model)
-    s = engine.add(p, sampling=sp, stop=st, seeds=SEEDS, tags=TAGS, dedup=True)
+    s = engine.add(p, sampling=sp, stop=st, seeds=SEEDS, candidates=TAGS, dedup=True)
     outs = run_to_end(engine)
-    members = [s] + [child for o in outs for _, child in o.forked]
+    members = [s] + [engine.sequence(ev.child) for o in outs for ev in o.forked]
     # every candidate ended in exactly one sequence, with the same tokens as when run alone
-    owner = {t: m for m in members for t in m.tags}
+    owner = {t: m for m in members for t in m.candidates}
     assert sorted(owner) == TAGS
     for seed, tag in zip(SEEDS, TAGS):
         assert owner[tag].token_ids == ref[seed].token_ids
@@ -488,10 +489,10 @@ def test_multi_seed_dedup_greedy_never_forks(tiny_model):
     k = 8
     engine = make_engine(tiny_model)
     s = engine.add(p, sampling=SamplingParams(temperature=0), stop=StopCriteria(step_delimiter=None, max_tokens=k),
-                   seeds=SEEDS, tags=TAGS, dedup=True)
+                   seeds=SEEDS, candidates=TAGS, dedup=True)
     outs = run_to_end(engine)
     assert not any(o.forked for o in outs)
-    assert s.tags == TAGS and s.seeds == SEEDS
+    assert s.candidates == TAGS and s.seeds == SEEDS
     assert sum(o.num_sampled for o in outs) == 4 * k
     assert new_tokens(s) == hf_greedy(tiny_model, p, k)
     engine.free(s)
@@ -504,9 +505,11 @@ def run_freeing_stopped(engine: GenerationEngine) -> list[Sequence]:
     stopped = []
     while engine.has_work():
         out = engine.step()
-        for s in out.stopped:
+        for ev in out.stopped:
+            s = engine.sequence(ev.seq)
+            assert ev.candidates == tuple(s.candidates) and ev.num_tokens == len(s.token_ids)
             engine.free(s)
-        stopped += out.stopped
+            stopped.append(s)
         assert engine.total_steps < 10_000
     return stopped
 
@@ -557,13 +560,13 @@ def test_resume_after_delimiter_continues_like_one_pass(tiny_model):
         engine.pieces[t] = "\n\n"  # a delimiter token every 6 ids
     engine.pieces[1] = "\n"
     sp, st = SamplingParams(temperature=0), StopCriteria(step_delimiter="\n\n", max_tokens=k)
-    seqs = [engine.add(p, sampling=sp, stop=st, seeds=[i], tags=[f"t{i}"]) for i, p in enumerate(prompts)]
+    seqs = [engine.add(p, sampling=sp, stop=st, seeds=[i], candidates=[f"t{i}"]) for i, p in enumerate(prompts)]
     parked: list[tuple[int, Sequence]] = []  # (engine step at which to resume, sequence)
     n_steps, n_delims, resumed_without_kv = 0, 0, 0
     while engine.has_work() or parked:
         out = engine.step()
         n_steps += 1
-        for s in out.stopped:
+        for s in [engine.sequence(ev.seq) for ev in out.stopped]:
             assert s.status is SeqStatus.PAUSED
             if s.stop_reason is StopReason.DELIMITER:
                 assert engine.pieces[s.token_ids[-1]] == b"\n\n" or s.token_ids[-2:] == [1, 1]
@@ -572,7 +575,7 @@ def test_resume_after_delimiter_continues_like_one_pass(tiny_model):
         for due, s in [x for x in parked if x[0] <= n_steps]:
             parked.remove((due, s))
             resumed_without_kv += not s.block_table
-            engine.resume(s, s.seeds, s.tags)
+            engine.resume(s, s.seeds, s.candidates)
             assert s.stop_reason is None and s.step_start == len(s.token_ids)
         assert n_steps < 5000
     assert n_delims >= 4 and resumed_without_kv > 0

@@ -74,7 +74,7 @@ def test_presets_list_reads_at_80_columns(monkeypatch):
 
 
 def test_policy_and_scorer_names_match_the_code():
-    from core.search.driver import POLICIES
+    from core.search.policy import POLICIES
     from core.settings import POLICY_NAMES
 
     assert tuple(POLICIES) == POLICY_NAMES

@@ -37,7 +37,6 @@ def answers(results):
 
 
 def run_policy(model, policy, **kw):
-    from core.search.driver import POLICIES  # noqa: F401 (policy names)
 
     cfg = SearchConfig(**{**BASE, **kw})
     rt = make_runtime(model)
@@ -111,7 +110,7 @@ def test_dedup_shares_rows_when_samples_repeat(tiny_chat):
         a = [(n.path, n.text, n.status) for n in sorted(s_cd[pid].tree.nodes, key=lambda n: n.path)]
         b = [(n.path, n.text, n.status) for n in sorted(s_no[pid].tree.nodes, key=lambda n: n.path)]
         assert a == b
-    assert rt_cd.engine.total_forward_rows < rt_no.engine.total_forward_rows
+    assert rt_cd.engine.total_logit_rows < rt_no.engine.total_logit_rows
     assert max(n.potential for s in s_cd.values() for n in s.tree.nodes[1:]) > 1
     assert any(d["deduplicated"] for s in s_cd.values() for d in s.tree.to_dict()["nodes"])
     assert not any(d["deduplicated"] for s in s_no.values() for d in s.tree.to_dict()["nodes"])
@@ -131,9 +130,11 @@ def test_perfect_score_closes_the_depth(tiny_chat):
     def flush(trigger="eager"):
         tasks = original(trigger)
         for t in tasks:
-            if t.owner.depth == 1 and len(perfect) < 2:
-                perfect.append(t.owner.path)
-            if t.owner.depth == 1 and t.owner.path in perfect:
+            _, search = driver.active[t.owner[0]]  # the driver routes (problem key, node id) ids
+            node = search.node(t.owner)
+            if node.depth == 1 and len(perfect) < 2:
+                perfect.append(node.path)
+            if node.depth == 1 and node.path in perfect:
                 t.score = 1.0
         return tasks
 

@@ -84,7 +84,7 @@ def test_paper_preset_fields(name):
 
 @pytest.mark.parametrize("name", sorted(PAPER_PAIRS))
 def test_flags_override_paper_preset(name, any_device):
-    models, search = settings_for("--preset", name, "-n", "16", "--step-delimiter", "\\n",
+    models, search = settings_for("--preset", name, "--policy", "specscale", "-n", "16", "--step-delimiter", "\\n",
                                   "--system-prompt", "Be brief.\\nEnd with \\boxed{x}.", "--lv-threshold", "512",
                                   "--kv-cache-gb", "1.5", "--device", "cuda:1")
     generator, prm, scorer, _, prm_gib = PAPER_PAIRS[name]
@@ -97,7 +97,7 @@ def test_flags_override_paper_preset(name, any_device):
 
 
 def test_every_field_has_a_flag_that_overrides_it(any_device):
-    args = ["--preset", "smollm2-cpu", "--generator", "gen-x", "--prm", "prm-y", "--scorer", "lm-judge",
+    args = ["--preset", "smollm2-cpu", "--policy", "specscale", "--generator", "gen-x", "--prm", "prm-y", "--scorer", "lm-judge",
             "--dtype", "bfloat16", "--device", "cuda", "--block-size", "8", "--kv-cache-gb", "0.5",
             "--prm-kv-cache-gb", "0.25", "--max-num-seqs", "7", "--max-num-batched-tokens", "99",
             "--max-model-len", "1234", "--no-prefix-caching",
@@ -144,6 +144,15 @@ def test_bad_scorer_flag_is_a_usage_error():
     assert res.exit_code == 2
     choices = ", ".join(f"'{name}'" for name in SCORERS)
     assert f"Invalid value for '--scorer': 'nope' is not one of {choices}." in res.output
+
+
+@pytest.mark.parametrize("policy", ["non-spec", "naive-spec", "fasttts"])
+def test_specscale_flags_are_refused_under_other_policies(policy):
+    res = CliRunner().invoke(_settings_cmd, ["--policy", policy, "--no-ep", "--lv-threshold", "100"])
+    assert res.exit_code == 2
+    assert (f"Error: --ep/--no-ep, --lv-threshold: only the specscale policy has early pruning, deduplication and "
+            f"lazy verification; this run uses --policy {policy}") in res.output
+    assert settings_for("--policy", "specscale", "--no-ep", "--lv-threshold", "100")[1]["lv_threshold"] == 100
 
 
 def test_unknown_preset_lists_available():

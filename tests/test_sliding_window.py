@@ -92,9 +92,9 @@ def test_forked_candidates_sample_like_transformers(tiny_mistral):
     (p,) = random_prompts([26], seed=9)
     engine = make_engine(tiny_mistral)
     seq = engine.add(p, sampling=SamplingParams(temperature=1.0), stop=StopCriteria(step_delimiter=None, max_tokens=14),
-                     seeds=[1, 2, 3], tags=["a", "b", "c"])
+                     seeds=[1, 2, 3], candidates=["a", "b", "c"])
     outs = run_to_end(engine)
-    seqs = [seq] + [child for o in outs for _, child in o.forked]
+    seqs = [seq] + [engine.sequence(ev.child) for o in outs for ev in o.forked]
     assert len(seqs) == 3 and all(len(s.seeds) == 1 for s in seqs)
     assert len({tuple(s.token_ids) for s in seqs}) == 3
     for s in seqs:

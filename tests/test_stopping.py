@@ -117,7 +117,7 @@ def test_fork_and_resume_carry_the_partial_character(tiny_loaded):
     # delimiter), the next step starts clean: the second token alone is an invalid byte there
     assert feed(seq, text + [a], engine.pieces) == [None] * (len(text) + 1)
     engine.scheduler.pause(seq)
-    engine.resume(seq, seq.seeds, seq.tags)
+    engine.resume(seq, seq.seeds, seq.candidates)
     assert seq.stop_pending == b"" and seq.stop_tail == "" and not seq.step_has_text
     assert feed(seq, [b], engine.pieces) == [None]
     assert feed(seq, [a, b], engine.pieces) == [None, StopReason.DELIMITER]

@@ -81,8 +81,7 @@ class _Sampler:
 
     def __call__(self, _stats) -> None:
         now = time.perf_counter()
-        sched = self.engine.scheduler
-        live = sum(len(s.tags) for q in (sched.running, sched.waiting, sched.paused) for s in q)
+        live = self.engine.num_live_candidates
         self.weighted += live * (now - self.last)
         self.total += now - self.last
         self.last = now
@@ -150,7 +149,7 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
     wall = time.perf_counter() - t0
     v = rt.verifier.stats
     peak_kv, kv_total = rt.engine.pool.peak_used, rt.engine.pool.num_blocks
-    forward_rows, engine_steps = rt.engine.total_forward_rows, rt.engine.total_steps
+    logit_rows, engine_steps = rt.engine.total_logit_rows, rt.engine.total_steps
     preemptions = rt.engine.scheduler.num_preemptions
     mean_candidates = sampler.mean
     # engines, sequences and tree nodes reference each other; the cycle collector rarely runs on its
@@ -181,7 +180,7 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         "mean_step_wait_s": round(statistics.fmean(waits), 4) if waits else 0.0,
         "peak_kv_blocks": peak_kv,
         "kv_blocks_total": kv_total,
-        "forward_rows": forward_rows,
+        "logit_rows": logit_rows,
         "engine_steps": engine_steps,
         "preemptions": preemptions,
         "accuracy": round(sum(p["correct"] for p in graded) / len(graded), 4) if graded else None,

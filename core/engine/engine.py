@@ -2,9 +2,11 @@
 
 One engine instance owns one model, one KV cache and one scheduler. The search layer (or a
 verifier) adds sequences, calls :meth:`GenerationEngine.step` in a loop, and reacts to the
-returned :class:`StepOutput`: sequences that stopped at a step boundary are *paused* with their KV
-kept, so the search can later :meth:`~GenerationEngine.resume` them (the next step continues from
-the cached KV) or :meth:`~GenerationEngine.free` them.
+returned :class:`StepOutput`, whose events (:mod:`core.engine.events`) name sequences and
+candidates by id only: sequences that stopped at a step boundary are *paused* with their KV kept,
+so the search can later :meth:`~GenerationEngine.resume` them (the next step continues from the
+cached KV) or :meth:`~GenerationEngine.free` them. A step that can schedule nothing while work
+remains raises :class:`EngineStalled` naming the stuck sequences, so no caller loop can spin.
 """
 
 from __future__ import annotations
@@ -12,13 +14,12 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
 import torch
 
 from core.models.loader import attention_problems
 
 from .block_pool import BlockPool, OutOfBlocks
+from .events import CandidateId, Forked, Stopped
 from .kv_cache import KVCache, KVLayout
 from .kv_manager import KVManager
 from .model_runner import ModelRunner
@@ -50,22 +51,30 @@ class EngineConfig:
     enable_prefix_caching: bool = True
 
 
+class EngineStalled(RuntimeError):
+    """A step found work but could schedule none of it (a bug, or KV blocks held outside any
+    sequence); the message names the stuck sequences and the pool's state."""
+
+
 @dataclass
 class StepOutput:
-    """What one engine step did.
+    """What one engine step did, by id (see :mod:`core.engine.events`).
 
-    stopped: sequences that stopped this step (now paused; ``stop_reason`` set).
-    forked: ``(parent, child)`` pairs created when candidates sharing a row drew different tokens
-        (or always one per extra candidate when the sequence does not deduplicate).
-    prefilled: prefill-only sequences that completed (``read_logits`` filled, KV released).
+    sampled: sequence id -> the tokens drawn for it this step, one per candidate it carried.
+    stopped: sequences that stopped this step (now paused with their KV).
+    forked: candidates that moved to a new sequence because they drew a different token than the
+        others on theirs (or one per extra candidate when the sequence does not deduplicate).
+    prefilled: ids of prefill-only sequences that completed (``read_logits`` filled, KV released).
+    num_logit_rows: rows that went through the LM head (one per sampled sequence or read position).
     num_sampled: tokens drawn, one per logical candidate. num_deduplicated: of those, tokens that
         joined an equal token of another candidate on one sequence (CD): appended and computed
         once for several candidates.
     """
 
-    stopped: list[Sequence] = field(default_factory=list)
-    forked: list[tuple[Sequence, Sequence]] = field(default_factory=list)
-    prefilled: list[Sequence] = field(default_factory=list)
+    sampled: dict[int, list[int]] = field(default_factory=dict)
+    stopped: list[Stopped] = field(default_factory=list)
+    forked: list[Forked] = field(default_factory=list)
+    prefilled: list[int] = field(default_factory=list)
     num_tokens: int = 0
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
@@ -117,29 +126,30 @@ class GenerationEngine:
         self.runner = ModelRunner(model, self.cache)
         self.pieces = TokenPieces(tokenizer, mc.vocab_size)
         self._arrival = itertools.count()
+        self._live: dict[int, Sequence] = {}  # every sequence not yet freed, by id
         # running totals for metrics
-        self.total_forward_rows = 0
+        self.total_logit_rows = 0
         self.total_tokens = 0
         self.total_sampled = 0
         self.total_steps = 0
 
     # ------------------------------------------------------------------ requests
     def add(self, token_ids: list[int], *, sampling: SamplingParams | None = None, stop: StopCriteria | None = None,
-            seeds: list[int] | None = None, tags: list[Any] | None = None, prefill_only: bool = False,
+            seeds: list[int] | None = None, candidates: list[CandidateId] | None = None, prefill_only: bool = False,
             read_positions: list[int] | None = None, dedup: bool = False, priority: int = 0) -> Sequence:
         """Queue a new sequence.
 
         Args:
             token_ids: the prompt, non-empty.
             sampling/stop: sampling and stop settings (defaults: temperature 0.8, "\\n\\n" steps).
-            seeds/tags: one seed (and opaque tag) per logical candidate; default one seed 0.
+            seeds/candidates: one seed and one caller id per logical candidate; default one seed 0.
             prefill_only: compute KV only, return the logits at ``read_positions``, never sample.
             dedup: candidates sharing this sequence stay together while they draw equal tokens.
             priority: lower runs first.
 
         Raises:
             ValueError: empty prompt, prompt longer than ``max_model_len``, token id out of range,
-                a read position outside the prompt, or seeds/tags of unequal length.
+                a read position outside the prompt, or seeds and candidates of unequal length.
         """
         if not token_ids:
             raise ValueError("empty prompt")
@@ -149,21 +159,30 @@ class GenerationEngine:
         if min(token_ids) < 0 or max(token_ids) >= vocab:
             raise ValueError(f"token id out of range [0, {vocab})")
         seeds = list(seeds) if seeds is not None else [0]
-        tags = list(tags) if tags is not None else [None] * len(seeds)
-        if len(seeds) != len(tags):
-            raise ValueError("seeds and tags must have equal length")
+        candidates = list(candidates) if candidates is not None else [None] * len(seeds)
+        if len(seeds) != len(candidates):
+            raise ValueError("seeds and candidates must have equal length")
         read_positions = sorted(set(read_positions or []))
         if read_positions and (read_positions[0] < 0 or read_positions[-1] >= len(token_ids)):
             raise ValueError("read position outside the prompt")
         seq = Sequence(
             token_ids=list(token_ids), sampling=sampling or SamplingParams(), stop=stop or StopCriteria(),
-            seeds=seeds, tags=tags, prefill_only=prefill_only, read_positions=read_positions,
+            seeds=seeds, candidates=candidates, prefill_only=prefill_only, read_positions=read_positions,
             dedup=dedup, priority=priority, arrival=next(self._arrival),
         )
+        self._live[seq.seq_id] = seq
         self.scheduler.add_waiting(seq)
         return seq
 
-    def resume(self, seq: Sequence, seeds: list[int], tags: list[Any], stop: StopCriteria | None = None,
+    def sequence(self, seq_id: int) -> Sequence:
+        """The live sequence with this id (as named by a step's events).
+
+        Raises:
+            KeyError: no live sequence has that id (it was freed).
+        """
+        return self._live[seq_id]
+
+    def resume(self, seq: Sequence, seeds: list[int], candidates: list[CandidateId], stop: StopCriteria | None = None,
                priority: int | None = None) -> None:
         """Start the next step of a paused sequence for the given candidates.
 
@@ -175,7 +194,7 @@ class GenerationEngine:
         if seq.stop_reason is not None and seq.stop_reason.ends_path:
             raise ValueError(f"sequence {seq.seq_id} ended ({seq.stop_reason.value}); it cannot resume")
         self.scheduler.remove(seq)
-        seq.seeds, seq.tags = list(seeds), list(tags)
+        seq.seeds, seq.candidates = list(seeds), list(candidates)
         if stop is not None:
             seq.stop = stop
         if priority is not None:
@@ -190,7 +209,8 @@ class GenerationEngine:
         else:
             self.scheduler.add_waiting(seq)
 
-    def fork(self, seq: Sequence, seeds: list[int] | None = None, tags: list[Any] | None = None) -> Sequence:
+    def fork(self, seq: Sequence, seeds: list[int] | None = None,
+             candidates: list[CandidateId] | None = None) -> Sequence:
         """A new sequence with ``seq``'s tokens and computed KV (full blocks shared, partial copied).
 
         The child has the parent's status kind: paused children stay paused, others run. When no
@@ -198,11 +218,13 @@ class GenerationEngine:
         """
         child = Sequence(
             token_ids=list(seq.token_ids), sampling=seq.sampling, stop=seq.stop,
-            seeds=list(seeds if seeds is not None else seq.seeds), tags=list(tags if tags is not None else seq.tags),
+            seeds=list(seeds if seeds is not None else seq.seeds),
+            candidates=list(candidates if candidates is not None else seq.candidates),
             dedup=seq.dedup, priority=seq.priority, arrival=seq.arrival, num_prompt_tokens=seq.num_prompt_tokens,
             step_start=seq.step_start, stop_tail=seq.stop_tail, stop_pending=seq.stop_pending,
             stop_reason=seq.stop_reason, step_has_text=seq.step_has_text,
         )
+        self._live[child.seq_id] = child
         try:
             self.kv.fork(seq, child)
         except OutOfBlocks:
@@ -216,22 +238,21 @@ class GenerationEngine:
             self.scheduler.add_waiting(child)
         return child
 
-    def detach(self, seq: Sequence, tag: Any) -> bool:
-        """Remove one logical candidate (by its tag) from ``seq``; free ``seq`` when none is left.
+    def detach(self, seq: Sequence, candidate: CandidateId) -> bool:
+        """Remove one logical candidate from ``seq``; free ``seq`` when none is left.
 
         Returns True when the sequence was freed.
 
         Raises:
-            ValueError: ``tag`` is not carried by ``seq``.
+            ValueError: ``candidate`` is not carried by ``seq``.
         """
-        for i, t in enumerate(seq.tags):
-            if t is tag:
-                del seq.tags[i]
-                del seq.seeds[i]
-                break
-        else:
-            raise ValueError(f"sequence {seq.seq_id} does not carry that candidate")
-        if not seq.tags:
+        try:
+            i = seq.candidates.index(candidate)
+        except ValueError:
+            raise ValueError(f"sequence {seq.seq_id} does not carry candidate {candidate!r}") from None
+        del seq.candidates[i]
+        del seq.seeds[i]
+        if not seq.candidates:
             self.free(seq)
             return True
         return False
@@ -243,10 +264,47 @@ class GenerationEngine:
         self.scheduler.remove(seq)
         self.kv.release(seq)
         seq.status = SeqStatus.FINISHED
+        self._live.pop(seq.seq_id, None)
 
     def has_work(self) -> bool:
         """True while some sequence is waiting or running."""
         return self.scheduler.has_work()
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_running(self) -> int:
+        """Sequences admitted and generating."""
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences waiting for admission (new, resumed without KV, or preempted)."""
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_paused(self) -> int:
+        """Sequences paused at a step boundary, waiting for their caller."""
+        return len(self.scheduler.paused)
+
+    @property
+    def num_unfinished(self) -> int:
+        """Sequences that still want compute: running or waiting (what a speculation cap counts)."""
+        return self.num_running + self.num_waiting
+
+    @property
+    def num_running_candidates(self) -> int:
+        """Logical candidates carried by running sequences (more than the sequences under CD)."""
+        return sum(len(s.candidates) for s in self.scheduler.running)
+
+    @property
+    def num_live_candidates(self) -> int:
+        """Logical candidates on every sequence not yet freed (running, waiting or paused)."""
+        return sum(len(s.candidates) for s in self._live.values())
+
+    @property
+    def num_preemptions(self) -> int:
+        """Sequences preempted for lack of KV blocks so far."""
+        return self.scheduler.num_preemptions
 
     # ------------------------------------------------------------------ stepping
     def step(self) -> StepOutput:
@@ -255,6 +313,8 @@ class GenerationEngine:
         out = StepOutput()
         batch = self.scheduler.schedule()
         if not batch:
+            if self.has_work():
+                raise EngineStalled(self._stall_report())
             return out
         logit_rows: list[int] = []
         row_owner: list[tuple[Sequence, int]] = []  # (sequence, position whose logits the row holds)
@@ -298,18 +358,35 @@ class GenerationEngine:
             if seq.prefill_only and seq.num_computed == len(seq.token_ids):
                 seq.stop_reason = StopReason.PREFILLED
                 self.free(seq)
-                out.prefilled.append(seq)
+                out.prefilled.append(seq.seq_id)
 
-        self.total_forward_rows += out.num_logit_rows
+        self.total_logit_rows += out.num_logit_rows
         self.total_tokens += out.num_tokens
         self.total_sampled += out.num_sampled
         self.total_steps += 1
         out.seconds = time.perf_counter() - t0
         return out
 
+    def _stall_report(self) -> str:
+        """Why nothing could be scheduled: the stuck sequences and what the pool holds."""
+        pool = self.pool
+
+        def describe(seq: Sequence) -> str:
+            need = -(-(len(seq.token_ids)) // self.config.block_size) - len(seq.block_table)
+            return (f"seq {seq.seq_id} ({seq.status.value}, {len(seq.token_ids)} tokens, {seq.num_computed} "
+                    f"computed, needs {max(0, need)} more blocks)")
+
+        stuck = [*self.scheduler.running, *self.scheduler.waiting]
+        held = sum(len(s.block_table) for s in self.scheduler.paused)
+        return (f"engine step scheduled nothing while {len(stuck)} sequence(s) wait: "
+                f"{'; '.join(describe(s) for s in stuck[:8])}{' ...' if len(stuck) > 8 else ''}; KV pool: "
+                f"{pool.num_free} of {pool.num_blocks} blocks free, {held} held by {self.num_paused} paused "
+                f"sequence(s)")
+
     def _apply_samples(self, seq: Sequence, tokens: list[int], out: StepOutput) -> None:
         """Append drawn tokens; fork once per extra group of candidates; check stops."""
         out.num_sampled += len(tokens)
+        out.sampled[seq.seq_id] = list(tokens)
         if len(tokens) == 1:
             groups = [(tokens[0], [0])]
         elif seq.dedup:
@@ -320,21 +397,21 @@ class GenerationEngine:
         else:
             groups = [(t, [j]) for j, t in enumerate(tokens)]
         out.num_deduplicated += len(tokens) - len(groups)
-        seeds, tags = seq.seeds, seq.tags
+        seeds, candidates = seq.seeds, seq.candidates
         members = [seq]
         for token, idx in groups[1:]:
-            child = self.fork(seq, [seeds[j] for j in idx], [tags[j] for j in idx])
-            out.forked.append((seq, child))
+            child = self.fork(seq, [seeds[j] for j in idx], [candidates[j] for j in idx])
+            out.forked.append(Forked(seq.seq_id, child.seq_id, tuple(child.candidates)))
             members.append(child)
         first_idx = groups[0][1]
-        seq.seeds, seq.tags = [seeds[j] for j in first_idx], [tags[j] for j in first_idx]
+        seq.seeds, seq.candidates = [seeds[j] for j in first_idx], [candidates[j] for j in first_idx]
         for member, (token, _) in zip(members, groups):
             member.token_ids.append(token)
             reason = check_stop(member, token, self.pieces, self.max_model_len)
             if reason is not None:
                 member.stop_reason = reason
                 self.scheduler.pause(member)
-                out.stopped.append(member)
+                out.stopped.append(Stopped(member.seq_id, tuple(member.candidates), reason, len(member.token_ids)))
 
     # ------------------------------------------------------------------ convenience
     def generate(self, prompts: list[list[int]], sampling: SamplingParams | None = None,
@@ -361,7 +438,7 @@ class GenerationEngine:
             "preemptions": self.scheduler.num_preemptions,
             "prefix_cache_hit_blocks": self.pool.hits,
             "prefix_cache_query_blocks": self.pool.queries,
-            "forward_rows": self.total_forward_rows,
+            "logit_rows": self.total_logit_rows,
             "tokens": self.total_tokens,
             "steps": self.total_steps,
         }

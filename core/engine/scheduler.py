@@ -1,13 +1,16 @@
 """Continuous-batching scheduler: decode first, then chunked prefill, under a token budget.
 
 Every engine step the scheduler picks, in priority order, the running sequences and as many
-waiting ones as fit in ``max_num_batched_tokens`` and ``max_num_seqs``. Running sequences get all
-their pending tokens (one for decode, the rest of a prompt for a chunked prefill) up to the
-remaining budget; prefills are chunked to whatever budget is left, so decodes never wait behind a
-long prompt. When a sequence cannot get a KV block, the scheduler preempts: first paused
-sequences (idle, waiting for the search), then the lowest-priority running ones. A preempted
-sequence loses its blocks and is recomputed later (usually mostly from the prefix cache); the
-engine never fails for lack of KV memory.
+waiting ones as fit in ``max_num_batched_tokens`` and ``max_num_seqs``. A step never holds more
+than ``max_num_seqs`` sequences, however they became running (admitted, forked or resumed with
+their KV): the lowest-ranked running ones sit the step out. Running sequences get all their
+pending tokens (one for decode, the rest of a prompt for a chunked prefill) up to the remaining
+budget; prefills are chunked to whatever budget is left, so decodes never wait behind a long
+prompt. When a sequence cannot get a KV block, the scheduler preempts, in one defined order on
+both paths: first the paused sequences holding KV (idle, waiting for the search), lowest priority
+and latest arrival first, then the lowest-ranked running ones. A preempted sequence loses its
+blocks and is recomputed later (usually mostly from the prefix cache); the engine never fails for
+lack of KV memory.
 """
 
 from __future__ import annotations
@@ -87,15 +90,20 @@ class Scheduler:
             self.add_waiting(seq)
         # a paused sequence stays paused; resume() sends it to the waiting queue
 
+    def _paused_victim(self) -> Sequence | None:
+        """The paused sequence holding KV that ranks lowest (priority, then arrival), or None."""
+        held = [s for s in self.paused if s.block_table]
+        return max(held, key=_order) if held else None
+
     def _victim(self, needy: Sequence) -> Sequence | None:
         """A paused sequence holding KV, else the lowest-priority running one ranked below ``needy``.
 
         None means ``needy`` itself ranks lowest and must be the one preempted (a low-priority
         sequence never evicts a higher-priority one).
         """
-        held = [s for s in self.paused if s.block_table]
-        if held:
-            return max(held, key=_order)
+        paused = self._paused_victim()
+        if paused is not None:
+            return paused
         for seq in sorted(self.running, key=_order, reverse=True):
             if _order(seq) <= _order(needy):
                 break
@@ -111,7 +119,7 @@ class Scheduler:
         scheduled: set[Sequence] = set()
         self.running.sort(key=_order)
         for seq in list(self.running):
-            if budget == 0:
+            if budget == 0 or len(batch) >= self.config.max_num_seqs:
                 break
             if seq.status is not SeqStatus.RUNNING:
                 continue  # preempted earlier in this loop
@@ -127,7 +135,8 @@ class Scheduler:
             budget = self.config.max_num_batched_tokens - sum(k for _, k in batch)
 
         self.waiting.sort(key=_order)
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs \
+                and len(batch) < self.config.max_num_seqs:
             seq = self.waiting[0]
             if not seq.block_table:
                 self.kv.admit_from_prefix_cache(seq)
@@ -139,7 +148,7 @@ class Scheduler:
                 # paused sequences, else a search waiting on a preempted sibling could deadlock.
                 victim = None
                 if seq.num_preemptions or not self.running:
-                    victim = next((s for s in self.paused if s.block_table), None)
+                    victim = self._paused_victim()
                 if victim is not None:
                     self._preempt(victim)
                     continue

@@ -72,9 +72,10 @@ class StopCriteria:
 class Sequence:
     """A physical sequence: prompt plus generated tokens, with KV in the engine's block pool.
 
-    ``seeds``/``tags`` are parallel lists: one entry per *logical* candidate this sequence stands for.
-    Each sampled row draws one token per seed; the engine forks the sequence when candidates
-    must part ways. ``tags`` are opaque to the engine (the search puts its tree nodes there).
+    ``seeds``/``candidates`` are parallel lists: one entry per *logical* candidate this sequence
+    stands for. Each sampled row draws one token per seed; the engine forks the sequence when
+    candidates must part ways. ``candidates`` are opaque, hashable ids of the caller's (the search
+    uses ``(problem key, node id)``); the engine only compares and reports them.
     ``read_positions`` (prefill-only sequences) are the token positions whose logits are returned.
     """
 
@@ -82,7 +83,7 @@ class Sequence:
     sampling: SamplingParams
     stop: StopCriteria
     seeds: list[int] = field(default_factory=list)
-    tags: list[Any] = field(default_factory=list)
+    candidates: list[Any] = field(default_factory=list)
     prefill_only: bool = False
     read_positions: list[int] = field(default_factory=list)
     dedup: bool = False
@@ -111,6 +112,11 @@ class Sequence:
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def is_paused(self) -> bool:
+        """True while the sequence waits at a step boundary (its KV kept) to be resumed or freed."""
+        return self.status is SeqStatus.PAUSED
 
     @property
     def num_pending(self) -> int:

@@ -1,28 +1,18 @@
-"""PRM-guided beam search for one problem: the non-speculative baseline and the speculative policies.
+"""PRM-guided beam search for one problem, under any policy (:mod:`core.search.policy`).
 
-All policies share one depth-synchronous *decision* rule (docs/design.md, "Policies"; Snell et al. 2024):
-the candidates of depth d (the children of the candidates selected at depth d-1) each generate one
-step and are scored; once all are scored, candidates whose path ended (EOS, a length limit, the
-step cap) complete; with ``remaining = N - completed``, the best ``k = ceil(remaining / M)`` live
-ones by path score are selected (top-k = N / M while nothing has completed; ties go to the
-earlier candidate) and expanded into ``remaining`` children in total, M each, best parents first.
-The search ends when N candidates have completed, so it returns exactly N.
+All policies share one depth-synchronous *decision* rule (docs/design.md, "Policies"; Snell et al.
+2024): the candidates of depth d (the children of the candidates selected at depth d-1) each
+generate one step and are scored; once all are scored, candidates whose path ended (EOS, a length
+limit, the step cap) complete; with ``remaining = N - completed``, the best ``k = ceil(remaining /
+M)`` live ones by path score are selected (ties go to the earlier candidate) and expanded into
+``remaining`` children in total, M each, best parents first. The search ends when N candidates
+have completed, so it returns exactly N.
 
-The policies differ only in *when* work happens:
-
-* ``non-spec``: a depth's candidates are verified together once all finished their step, and
-  only the selected ones are expanded.
-* ``naive-spec``: a candidate is verified as soon as its step finishes and, once scored, expanded
-  speculatively into M children before its depth is decided; when the depth is decided, the
-  subtrees of candidates outside the top-k are cancelled and their KV freed (and surplus children
-  of a selected candidate that needs fewer than M are cancelled too).
-* ``specscale`` (SpecScale paper section 4): naive-spec plus
-  - EP (section 4.1): a scored candidate with at least k scored live candidates ranked ahead of it
-    can never be selected, so it is pruned at once with its speculative subtree; and once k
-    candidates hold the perfect score, the depth is decided and the others are pruned;
-  - CD (section 4.2): candidates that share a prefix share one physical sequence (with a
-    potential = how many they are) and part only when their sampled tokens differ; identical
-    finished candidates are scored once.
+The policy says *when* work happens: when a finished step is queued for scoring, when a candidate
+is expanded, what may be pruned before its depth is decided (EP), whether candidates with a common
+prefix share a sequence (CD). The search talks to the engine only through its public methods, and
+names its candidates to the engine and the verifier by :data:`CandidateId` ``(problem key, node
+id)``: the driver routes the engine's events and the verifier's scores back by that id.
 """
 
 from __future__ import annotations
@@ -39,7 +29,10 @@ from core.verify.verifier import Verifier
 
 from .aggregation import aggregate, weighted_vote
 from .config import SearchConfig
+from .policy import FIRST_CHILD_AT_ONCE, WHEN_SCORED, Policy
 from .tree import EndReason, Node, NodeStatus, SearchTree
+
+CandidateId = tuple[int, int]  # (problem key, node id): how the engine and the verifier name a candidate
 
 _END_REASONS = {
     StopReason.EOS: EndReason.EOS,
@@ -71,31 +64,28 @@ class BeamSearch:
     """One problem's beam search under one policy (see the module docstring).
 
     Args:
+        key: the problem's key in its driver (the first half of every :data:`CandidateId`).
         problem_id/problem: the problem.
         prompt_ids: generator prompt ids (chat template applied).
+        policy: the :class:`~core.search.policy.Policy` to follow.
         engine: the generator engine. verifier/scorer: step scoring.
         config: search settings. tokenizer: generator tokenizer (decodes step text).
         eos_token_ids: generator EOS ids.
         prune_counts: where candidates ended by a rule are counted (default: a fresh one per problem).
     """
 
-    policy = "non-spec"
-    speculative = False
-
-    def __init__(self, problem_id: str, problem: str, prompt_ids: list[int], *, engine: GenerationEngine,
-                 verifier: Verifier, scorer: Scorer, config: SearchConfig, tokenizer,
+    def __init__(self, key: int, problem_id: str, problem: str, prompt_ids: list[int], *, policy: Policy,
+                 engine: GenerationEngine, verifier: Verifier, scorer: Scorer, config: SearchConfig, tokenizer,
                  eos_token_ids: frozenset[int], t0: float | None = None, prune_counts: PruneCounts | None = None):
+        self.key = key
+        self.policy = policy
         self.config = config
         self.prune_counts = prune_counts if prune_counts is not None else PruneCounts()
         self.engine = engine
         self.verifier = verifier
         self.scorer = scorer
         self.tokenizer = tokenizer
-        self.early_pruning = False
-        self.dedup = False
         self.tree = SearchTree(problem_id, problem, prompt_ids, t0)
-        self.tree.owner = self
-        self.tree.root.search = self
         self.tree.root.prefix_ids = scorer.root_ids(problem, config.system_prompt)
         self.sampling = SamplingParams(config.temperature, config.top_p)
         self.stop = StopCriteria(config.step_delimiter, eos_token_ids, config.max_step_tokens, config.max_tokens)
@@ -103,6 +93,14 @@ class BeamSearch:
         self.frontier: list[Node] = []  # the candidates of the undecided depth
         self.done = False
         self.generated_tokens = 0
+
+    def cid(self, node: Node) -> CandidateId:
+        """The id under which the engine and the verifier know ``node``."""
+        return (self.key, node.node_id)
+
+    def node(self, cid: CandidateId) -> Node:
+        """The node a :data:`CandidateId` of this search names."""
+        return self.tree.nodes[cid[1]]
 
     # ------------------------------------------------------------------ small predicates
     def _ends(self, node: Node) -> bool:
@@ -125,7 +123,7 @@ class BeamSearch:
         nodes = [self.tree.add_child(root, i) for i in range(self.config.beam_size)]
         self._launch(nodes, len(root.token_ids))
         seq = self.engine.add(root.token_ids, sampling=self.sampling, stop=self.stop, seeds=[n.seed for n in nodes],
-                              tags=nodes, dedup=self.dedup)
+                              candidates=[self.cid(n) for n in nodes], dedup=self.policy.dedup)
         for n in nodes:
             n.seq = seq
         self.frontier = nodes
@@ -136,36 +134,39 @@ class BeamSearch:
             n.step_start = step_start
             n.t_start = self.tree.now()
 
-    def on_forked(self, child: Sequence) -> None:
-        """The engine split candidates off onto ``child``."""
-        for node in child.tags:
+    def on_forked(self, nodes: list[Node], child: Sequence) -> None:
+        """The engine moved ``nodes`` to the new sequence ``child`` (they drew another token)."""
+        for node in nodes:
             node.seq = child
 
-    def on_stopped(self, node: Node, seq: Sequence) -> None:
-        """``node``'s step finished on ``seq`` (paused there with its KV)."""
+    def on_stopped(self, node: Node, seq: Sequence, first: bool) -> None:
+        """``node``'s step finished on ``seq`` (paused there with its KV); ``first``: the first of the
+        candidates ``seq`` carries, which counts the step's tokens for all of them."""
         node.token_ids = seq.token_ids[node.step_start:]
         node.text = self.tokenizer.decode(node.token_ids, skip_special_tokens=True)
         node.stop_reason = seq.stop_reason
         node.status = NodeStatus.FINISHED
-        node.potential = len(seq.tags)
+        node.potential = len(seq.candidates)
         node.t_finish = self.tree.now()
         # with CD one sequence carries several candidates: its tokens were generated once
-        if seq.tags[0] is node:
+        if first:
             self.generated_tokens += len(node.token_ids)
-        self._after_step(node)
-
-    def _after_step(self, node: Node) -> None:
-        """Policy hook: what happens once a candidate finished its step."""
-        if self.speculative:
+        if self.policy.expand == FIRST_CHILD_AT_ONCE and node in self.frontier:
+            self._extend_first_child(node)
+        if self.policy.score_at_once:
             self._submit(node)
         else:
             self._submit_frontier_when_finished()
 
     def _submit_frontier_when_finished(self) -> None:
-        """Depth-synchronous verification: one batch once every frontier candidate finished its step."""
+        """Depth-synchronous verification: one batch once every frontier candidate finished its step
+        (with lookahead, the finished speculative steps below it go along)."""
         if self.frontier and all(n.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED) for n in self.frontier):
             for n in self.frontier:
                 self._submit(n)
+                if self.policy.lookahead:
+                    for child in n.children:
+                        self._submit(child)
 
     def _submit(self, node: Node) -> None:
         if node.submitted or node.status is not NodeStatus.FINISHED:
@@ -177,7 +178,7 @@ class BeamSearch:
         node.prefix_ids = parent.prefix_ids + step_ids
         # the last sibling to finish completes its group: the search needs the group's scores now
         group_complete = not any(s.status is NodeStatus.GENERATING for s in parent.children)
-        self.verifier.submit(node, self.scorer.request(parent.prefix_ids, node.prefix_ids), group_complete)
+        self.verifier.submit(self.cid(node), self.scorer.request(parent.prefix_ids, node.prefix_ids), group_complete)
 
     def on_scored(self, scored: Iterable[tuple[Node, float]]) -> None:
         """Record one flush's scores for this problem, then expand, prune and decide as the policy says."""
@@ -190,14 +191,14 @@ class BeamSearch:
             if node.status is NodeStatus.FINISHED:
                 node.status = NodeStatus.VERIFIED
                 fresh.append(node)
-        if self.speculative:
+        if self.policy.expand == WHEN_SCORED:
             self._speculate([n for n in fresh if n in self.frontier])
         self._advance()
 
     # ------------------------------------------------------------------ policy steps
     def _speculate(self, nodes: list[Node]) -> None:
         """Expand scored, live frontier candidates into M children before their depth is decided."""
-        if self.early_pruning:
+        if self.policy.early_pruning:
             self._early_prune()
         ready = [n for n in nodes if n.status is NodeStatus.VERIFIED and not self._ends(n) and not n.children]
         self._expand_many([(n, list(range(self.config.beam_width))) for n in ready], speculative=True)
@@ -215,8 +216,8 @@ class BeamSearch:
 
     def _perfect_decision(self) -> bool:
         """EP's perfect-score rule: k live candidates at the perfect score decide the depth at once."""
-        target = self.config.perfect_score
-        if not self.early_pruning or target is None:
+        target = self.policy.perfect_score
+        if not self.policy.early_pruning or target is None:
             return False
         remaining = self.config.beam_size - len(self.completed) - sum(
             1 for n in self.frontier if n.status is NodeStatus.VERIFIED and self._ends(n))
@@ -276,11 +277,27 @@ class BeamSearch:
         self._on_new_frontier()
 
     def _on_new_frontier(self) -> None:
-        """Policy hook after a decision: work the new depth's candidates can start at once."""
-        if self.speculative:
+        """After a decision: the work the new depth's candidates can start at once."""
+        if self.policy.expand == WHEN_SCORED:
             self._speculate([n for n in self.frontier if n.status is NodeStatus.VERIFIED])
-        else:
+        elif self.policy.expand == FIRST_CHILD_AT_ONCE:
+            for node in self.frontier:
+                if node.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED):
+                    self._extend_first_child(node)
+        if not self.policy.score_at_once:
             self._submit_frontier_when_finished()
+
+    def _extend_first_child(self, node: Node) -> None:
+        """FastTTS: start the first child's step at once at low priority, unless the path ends; past
+        the speculation cap, cancel this problem's speculative steps still generating instead."""
+        if node.children or node.stop_reason.ends_path or node.depth >= self.config.max_steps:
+            return
+        if self.policy.speculation_cap is not None and self.engine.num_unfinished >= self.policy.speculation_cap:
+            for n in self.tree.nodes:
+                if n.speculative and n.status is NodeStatus.GENERATING and n.parent in self.frontier:
+                    self._cancel_subtree(n, "fasttts-cap")
+            return
+        self._expand_many([(node, [0])], speculative=True, priority=self.policy.low_priority)
 
     @staticmethod
     def _child_index(node: Node) -> int:
@@ -305,14 +322,16 @@ class BeamSearch:
             seq = group[0][0].seq
             children = [c for _, kids in group for c in kids]
             parents = [p for p, _ in group]
-            if seq is not None and seq.status is SeqStatus.PAUSED:
-                for other in [t for t in seq.tags if t not in parents]:
+            if seq is not None and seq.is_paused:
+                parent_ids = {self.cid(p) for p in parents}
+                for other in [cid for cid in seq.candidates if cid not in parent_ids]:
                     # a twin that is not expanded now keeps its own copy of the KV (forked, shared blocks)
-                    twin_seq = self.engine.fork(seq, [other.seed], [other])
-                    other.seq = twin_seq
+                    twin = self.node(other)
+                    twin.seq = self.engine.fork(seq, [twin.seed], [other])
                     self.engine.detach(seq, other)
                 self._launch(children, len(seq.token_ids))
-                self.engine.resume(seq, [c.seed for c in children], children, priority=priority)
+                self.engine.resume(seq, [c.seed for c in children], [self.cid(c) for c in children],
+                                   priority=priority)
                 for p in parents:
                     p.seq = None
                 for c in children:
@@ -325,8 +344,8 @@ class BeamSearch:
                     tokens = self._path_token_ids(p)
                     self._launch(kids, len(tokens))
                     new_seq = self.engine.add(tokens, sampling=self.sampling, stop=self.stop,
-                                              seeds=[c.seed for c in kids], tags=kids, dedup=self.dedup,
-                                              priority=priority)
+                                              seeds=[c.seed for c in kids], candidates=[self.cid(c) for c in kids],
+                                              dedup=self.policy.dedup, priority=priority)
                     new_seq.num_prompt_tokens = len(self.tree.root.token_ids)
                     for c in kids:
                         c.seq = new_seq
@@ -361,7 +380,8 @@ class BeamSearch:
 
     def _end(self, node: Node, status: NodeStatus, reason: EndReason, rule: str) -> None:
         """Mark a candidate dead by a policy rule; count the tokens a still-generating one had made."""
-        if node.status is NodeStatus.GENERATING and node.seq is not None and node.seq.tags[0] is node:
+        first_on_seq = node.seq is not None and node.seq.candidates[:1] == [self.cid(node)]
+        if node.status is NodeStatus.GENERATING and first_on_seq:
             self.generated_tokens += max(0, len(node.seq.token_ids) - node.step_start)
         node.status, node.end_reason, node.pruned_by = status, reason, rule
         counts = self.prune_counts.pruned if status is NodeStatus.PRUNED else self.prune_counts.cancelled
@@ -370,10 +390,11 @@ class BeamSearch:
 
     def _release(self, node: Node) -> None:
         """Let go of the node's place on its sequence (the sequence is freed with its last candidate)."""
-        self.verifier.discard(node)
+        cid = self.cid(node)
+        self.verifier.discard(cid)
         seq, node.seq = node.seq, None
-        if seq is not None and seq.status is not SeqStatus.FINISHED and any(t is node for t in seq.tags):
-            self.engine.detach(seq, node)
+        if seq is not None and seq.status is not SeqStatus.FINISHED and cid in seq.candidates:
+            self.engine.detach(seq, cid)
 
     def abort(self, rule: str = "error") -> None:
         """Give the problem up (the driver writes an error record instead): cancel every live
@@ -410,78 +431,3 @@ class BeamSearch:
             "num_generated_tokens": self.generated_tokens,
             "num_nodes": len(self.tree.nodes) - 1,
         }
-
-
-class NaiveSpecBeamSearch(BeamSearch):
-    """``naive-spec``: verify at once, expand speculatively, cancel losers' subtrees on decision."""
-
-    policy = "naive-spec"
-    speculative = True
-
-
-class SpecScaleBeamSearch(BeamSearch):
-    """``specscale``: naive-spec with early pruning (EP) and computation deduplication (CD) switchable."""
-
-    policy = "specscale"
-    speculative = True
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.early_pruning = self.config.early_pruning
-        self.dedup = self.config.dedup
-
-
-class FastTTSBeamSearch(BeamSearch):
-    """``fasttts``: the FastTTS baseline (ASPLOS'26) on the shared engine and decision rule.
-
-    * Speculative beam extension: a candidate that finished its step keeps generating its first
-      child's step at once, at low priority (served after regular work), while the rest of its
-      depth is still generating. If the candidate is selected, that child is kept (it has the
-      child's own seed, so its tokens are the ones non-spec would draw); otherwise it is cancelled.
-    * Speculative candidate selection: speculation starts only while fewer than
-      ``speculation_cap`` sequences run; past the cap speculating sequences are force-finished
-      (cancelled, and regenerated if their parent is selected).
-    * Lookahead verification: when a depth is verified (once all its candidates finished their
-      step, never earlier), speculative next steps that are already finished are scored in the
-      same PRM call.
-    """
-
-    policy = "fasttts"
-    speculative = False
-    speculation_cap = 256
-    LOW_PRIORITY = 1
-
-    def _after_step(self, node: Node) -> None:
-        if node in self.frontier:
-            self._extend(node)
-        self._submit_frontier_when_finished()
-
-    def _submit_frontier_when_finished(self) -> None:
-        if self.frontier and all(n.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED) for n in self.frontier):
-            for n in self.frontier:
-                self._submit(n)
-                for child in n.children:  # lookahead verification
-                    self._submit(child)
-
-    def _on_new_frontier(self) -> None:
-        for node in self.frontier:
-            if node.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED):
-                self._extend(node)
-        self._submit_frontier_when_finished()
-
-    def _extend(self, node: Node) -> None:
-        """Start the first child's step speculatively, unless the path ends or the cap is reached."""
-        if node.children or node.stop_reason.ends_path or node.depth >= self.config.max_steps:
-            return
-        sched = self.engine.scheduler
-        if len(sched.running) + len(sched.waiting) >= self.speculation_cap:
-            self._force_finish_speculation()
-            return
-        self._expand_many([(node, [0])], speculative=True, priority=self.LOW_PRIORITY)
-
-    def _force_finish_speculation(self) -> None:
-        """Past the cap: cancel this problem's still-generating speculative steps (lowest value first)."""
-        for n in self.tree.nodes:
-            if n.speculative and n.status is NodeStatus.GENERATING and n.parent in self.frontier:
-                self._cancel_subtree(n, "fasttts-cap")
-

@@ -1,28 +1,36 @@
 """The event loop: streams problems into one generator engine and one verifier.
 
 Each iteration (docs/design.md, "Data flow"): admit problems up to ``max_concurrent`` -> one generator
-step over all runnable sequences -> step-done events go to each problem's policy -> the verifier
-flushes queued tasks -> scores go back to the policies, which select, prune, expand or finish ->
-finished problems are reported at once through ``on_result``.
+step over all runnable sequences -> the step's events (:mod:`core.engine.events`) go to the search
+that owns each candidate -> the verifier flushes queued tasks as the policy's queue rule says ->
+scores go back the same way; the searches select, prune, expand or finish -> finished problems are
+reported at once through ``on_result``.
+
+The driver is the only place that knows which search owns which candidate: the engine and the
+verifier name candidates by ``(problem key, node id)`` and hold no search objects, so a finished
+run's engines and trees hold no reference cycles and are freed as soon as they are dropped.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-from core.engine.engine import GenerationEngine
+from core.engine.engine import GenerationEngine, StepOutput
 from core.io.problems import Problem, ProblemError
 from core.verify.base import Scorer, chat_prompt_ids
-from core.verify.lazy import LazyFlushRule
-from core.verify.verifier import Verifier
+from core.verify.verifier import VerificationTask, Verifier
 
-from .beam_search import BeamSearch, FastTTSBeamSearch, NaiveSpecBeamSearch, PruneCounts, SpecScaleBeamSearch
+from .beam_search import BeamSearch, CandidateId, PruneCounts
 from .config import SearchConfig
+from .policy import policy_for
 
-POLICIES = {"non-spec": BeamSearch, "naive-spec": NaiveSpecBeamSearch, "fasttts": FastTTSBeamSearch,
-            "specscale": SpecScaleBeamSearch}
+
+class SearchStalled(RuntimeError):
+    """Problems are in flight but neither the engine nor the verifier has work for them (a policy
+    bug, never bad input); the message names the stuck problems and their candidates."""
 
 
 @dataclass
@@ -72,9 +80,12 @@ class SearchDriver:
     Args:
         engine: generator engine. tokenizer: generator tokenizer. eos_token_ids: generator EOS ids.
         verifier/scorer: step scoring.
-        config: search settings. policy: policy name (see :data:`POLICIES`).
+        config: search settings. policy: policy name (see :data:`core.search.policy.POLICIES`).
         max_concurrent: problems searched at once.
         on_result: called with ``(problem, result_dict, search)`` when a problem finishes.
+
+    Raises:
+        ValueError: an unknown policy, or ``max_concurrent < 1``.
         on_error: called with a :class:`ProblemError` for input that cannot be searched.
         on_iteration: called after every loop iteration with :class:`RunStats` (progress display).
         should_stop: polled every iteration; True stops admitting new problems.
@@ -82,12 +93,10 @@ class SearchDriver:
 
     def __init__(self, engine: GenerationEngine, tokenizer, eos_token_ids, verifier: Verifier, scorer: Scorer,
                  config: SearchConfig, policy: str = "non-spec", max_concurrent: int = 32,
-                 on_result: Callable[[Problem, dict, Any], None] | None = None,
+                 on_result: Callable[[Problem, dict, BeamSearch], None] | None = None,
                  on_error: Callable[[ProblemError], None] | None = None,
                  on_iteration: Callable[[RunStats], None] | None = None,
                  should_stop: Callable[[], bool] | None = None, source: str = ""):
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy '{policy}'; choose one of {', '.join(POLICIES)}")
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.engine = engine
@@ -96,10 +105,7 @@ class SearchDriver:
         self.verifier = verifier
         self.scorer = scorer
         self.config = config
-        self.policy_cls = POLICIES[policy]
-        # LV is a property of the run, not of one problem: one queue serves every problem
-        lazy = policy == "specscale" and config.lazy_verification
-        self.flush_rule = LazyFlushRule(config.lv_threshold, config.lv_max_deferrals) if lazy else None
+        self.policy = policy_for(policy, config)  # raises ValueError for an unknown name
         self.max_concurrent = max_concurrent
         self.on_result = on_result or (lambda p, r, s: None)
         self.on_error = on_error or (lambda e: None)
@@ -107,7 +113,9 @@ class SearchDriver:
         self.should_stop = should_stop or (lambda: False)
         self.source = source
         self.stats = RunStats()
-        self.active: list[tuple[Problem, Any]] = []
+        # problem key -> (problem, its search): the first half of every CandidateId routes here
+        self.active: dict[int, tuple[Problem, BeamSearch]] = {}
+        self._keys = itertools.count()
         # a problem longer than this cannot fit the context whatever its tokens (each token spells
         # at most this many characters), so it is refused before tokenizing megabytes of text
         self.max_problem_chars = engine.max_model_len * longest_token_chars(tokenizer)
@@ -126,11 +134,12 @@ class SearchDriver:
             self._fail(problem, "problem", f"prompt of {len(prompt)} tokens does not fit the model context "
                                            f"({self.engine.max_model_len} tokens)")
             return
-        search = self.policy_cls(problem.id, problem.problem, prompt, engine=self.engine, verifier=self.verifier,
-                                 scorer=self.scorer, config=self.config, tokenizer=self.tokenizer,
-                                 eos_token_ids=self.eos_token_ids, prune_counts=self.stats.prunes)
+        key = next(self._keys)
+        search = BeamSearch(key, problem.id, problem.problem, prompt, policy=self.policy, engine=self.engine,
+                            verifier=self.verifier, scorer=self.scorer, config=self.config, tokenizer=self.tokenizer,
+                            eos_token_ids=self.eos_token_ids, prune_counts=self.stats.prunes)
+        self.active[key] = (problem, search)
         search.start()
-        self.active.append((problem, search))
         self.stats.in_flight[problem.id] = search.tree.t0
 
     def _fail(self, problem: Problem, fld: str, message: str) -> None:
@@ -148,18 +157,59 @@ class SearchDriver:
         limit = self.verifier.engine.max_model_len
         failed = False
         for task in [t for t in self.verifier.queue if len(t.request.token_ids) > limit]:
-            search = task.owner.search
-            entry = next((e for e in self.active if e[1] is search), None)
+            entry = self.active.pop(task.owner[0], None)
             if entry is None:
                 continue  # its problem was given up for an earlier task of this queue
-            self.active.remove(entry)
-            self.stats.in_flight.pop(entry[0].id, None)
+            problem, search = entry
+            self.stats.in_flight.pop(problem.id, None)
             search.abort()
             failed = True
-            self._fail(entry[0], "problem", f"a candidate path needs {len(task.request.token_ids)} tokens of PRM "
-                                            f"input, more than the PRM context ({limit} tokens); lower --max-tokens "
-                                            f"or --max-model-len, or use a PRM with a longer context")
+            self._fail(problem, "problem", f"a candidate path needs {len(task.request.token_ids)} tokens of PRM "
+                                           f"input, more than the PRM context ({limit} tokens); lower --max-tokens "
+                                           f"or --max-model-len, or use a PRM with a longer context")
         return failed
+
+    # ------------------------------------------------------------------ routing
+    def _search_of(self, cid: CandidateId) -> BeamSearch | None:
+        entry = self.active.get(cid[0])
+        return entry[1] if entry is not None else None
+
+    def _route_step(self, out: StepOutput) -> None:
+        """Hand the step's fork and stop events to the searches owning their candidates."""
+        for ev in out.forked:
+            child = self.engine.sequence(ev.child)
+            by_search: dict[int, list] = {}
+            for cid in ev.candidates:
+                by_search.setdefault(cid[0], []).append(cid)
+            for key, cids in by_search.items():
+                search = self._search_of(cids[0])
+                if search is not None:
+                    search.on_forked([search.node(c) for c in cids], child)
+        for ev in out.stopped:
+            seq = self.engine.sequence(ev.seq)
+            for i, cid in enumerate(ev.candidates):
+                search = self._search_of(cid)
+                if search is not None:
+                    search.on_stopped(search.node(cid), seq, first=i == 0)
+
+    def _route_scores(self, tasks: list[VerificationTask]) -> None:
+        """Hand one flush's scores to the searches owning the scored candidates, one call each."""
+        by_search: dict[int, list] = {}
+        for task in tasks:
+            by_search.setdefault(task.owner[0], []).append(task)
+        for key, group in by_search.items():
+            search = self._search_of(group[0].owner)
+            if search is not None:
+                search.on_scored([(search.node(t.owner), t.score) for t in group])
+
+    def _stall_report(self) -> str:
+        parts = []
+        for problem, search in list(self.active.values())[:4]:
+            statuses = ", ".join(f"{n.path}:{n.status.value}" for n in search.frontier) or "empty frontier"
+            parts.append(f"{problem.id} (depth frontier: {statuses}; {len(search.completed)} completed)")
+        more = f" and {len(self.active) - 4} more" if len(self.active) > 4 else ""
+        return (f"search stalled: {len(self.active)} problem(s) in flight but no sequence to run and no "
+                f"verification queued: {'; '.join(parts)}{more}")
 
     def run(self, problems: Iterable[Problem | ProblemError], arrivals: Sequence[float] | None = None) -> RunStats:
         """Search every problem; returns the run's counters.
@@ -170,7 +220,8 @@ class SearchDriver:
                 an item is not admitted before it arrives (Poisson-arrival benchmarks, paper §5.3).
 
         Raises:
-            RuntimeError: the loop cannot make progress (a policy bug; never bad input).
+            SearchStalled: problems are in flight with nothing to run or score (a policy bug).
+            core.engine.engine.EngineStalled: the engine has work it cannot schedule.
         """
         it = iter(problems)
         exhausted = False
@@ -199,44 +250,34 @@ class SearchDriver:
                 continue
             progressed = False
             if self.engine.has_work():
-                out = self.engine.step()
+                out = self.engine.step()  # raises EngineStalled rather than return empty-handed
                 progressed = True
                 self.stats.engine_steps += 1
                 self.stats.generation_seconds += out.seconds
                 self.stats.generated_tokens += out.num_sampled
                 self.stats.cd_saved_tokens += out.num_deduplicated
-                for parent, child in out.forked:
-                    child.tags[0].search.on_forked(child)
-                for seq in out.stopped:
-                    for node in list(seq.tags):
-                        node.search.on_stopped(node, seq)
+                self._route_step(out)
             if self._fail_unscorable():
                 progressed = True
             trigger = self._flush_trigger()
             if trigger is not None:
                 progressed = True
-                by_search: dict[int, tuple[Any, list]] = {}
-                for task in self.verifier.flush(trigger):
-                    search = task.owner.search
-                    by_search.setdefault(id(search), (search, []))[1].append((task.owner, task.score))
-                for search, scored in by_search.values():
-                    search.on_scored(scored)
-            for entry in [e for e in self.active if e[1].done]:
-                self.active.remove(entry)
-                problem, search = entry
+                self._route_scores(self.verifier.flush(trigger))
+            for key in [k for k, (_, search) in self.active.items() if search.done]:
+                problem, search = self.active.pop(key)
                 self.stats.problems_done += 1
                 self.stats.problem_seconds += time.perf_counter() - self.stats.in_flight.pop(problem.id,
                                                                                              search.tree.t0)
                 self.on_result(problem, search.result(), search)
             self.on_iteration(self.stats)
             if not progressed and self.active:
-                raise RuntimeError("search stalled: no sequence to run and no verification queued")
+                raise SearchStalled(self._stall_report())
         return self.stats
 
     def _flush_trigger(self) -> str | None:
         """Why to flush the verification queue now, or None (eager policies flush whatever is queued)."""
         if not self.verifier.queue:
             return None
-        if self.flush_rule is None:
+        if self.policy.lazy is None:
             return "eager"
-        return self.flush_rule.decide(self.verifier.queue, generator_idle=not self.engine.has_work())
+        return self.policy.lazy.decide(self.verifier.queue, generator_idle=not self.engine.has_work())

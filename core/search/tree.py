@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import enum
 import time
+import weakref
 from dataclasses import dataclass, field
-from typing import Any
 
 from core.engine.sequence import Sequence, StopReason
 
@@ -34,6 +34,9 @@ class EndReason(str, enum.Enum):
 class Node:
     """One candidate step; the root holds the prompt and has no step.
 
+    parent_ref: a weak reference to the parent (the tree holds every node; a strong parent pointer
+        beside the children lists would make every tree a reference cycle, freed only by the
+        garbage collector); read it as :attr:`parent`.
     path: child indices from the root joined by '.' (seeds the candidate's sampler).
     step_start: index in the carrying sequence's tokens where this step begins.
     prefix_ids: the scorer's input ids up to and including this step.
@@ -41,7 +44,7 @@ class Node:
     """
 
     node_id: int
-    parent: "Node | None"
+    parent_ref: "weakref.ref[Node] | None"
     depth: int
     path: str
     seed: int = 0
@@ -60,12 +63,16 @@ class Node:
     t_start: float = 0.0
     t_finish: float | None = None
     t_scored: float | None = None
-    search: Any = None  # the per-problem search that owns this node (engine tags point back here)
     speculative: bool = False  # created before its parent's depth was decided
     pruned_by: str | None = None  # the policy rule that pruned or cancelled it
     potential: int = 1  # logical candidates sharing its sequence when its step finished (CD)
     submitted: bool = False  # its verification task was queued
     t_submitted: float | None = None  # when it was queued for verification (t_scored - this = time queued)
+
+    @property
+    def parent(self) -> "Node | None":
+        """The parent node (None for the root)."""
+        return self.parent_ref() if self.parent_ref is not None else None
 
     def path_nodes(self) -> list["Node"]:
         """Nodes from depth 1 down to this one."""
@@ -85,7 +92,6 @@ class SearchTree:
         self.problem = problem
         self.t0 = t0 if t0 is not None else time.perf_counter()
         self.nodes: list[Node] = []
-        self.owner: Any = None
         self.root = self._new(None, 0, "")
         self.root.token_ids = list(root_token_ids)
         self.root.status = NodeStatus.SELECTED
@@ -94,7 +100,8 @@ class SearchTree:
         return time.perf_counter() - self.t0
 
     def _new(self, parent: Node | None, depth: int, path: str) -> Node:
-        node = Node(len(self.nodes), parent, depth, path, t_start=self.now(), search=self.owner)
+        node = Node(len(self.nodes), weakref.ref(parent) if parent is not None else None, depth, path,
+                    t_start=self.now())
         self.nodes.append(node)
         if parent is not None:
             parent.children.append(node)

@@ -21,7 +21,8 @@ from .lazy import queued_tokens
 class VerificationTask:
     """One candidate step waiting for its score.
 
-    owner: opaque (the search puts the tree node here). request: the scorer's prefill.
+    owner: the hashable id of the candidate the step belongs to (the search uses its
+        ``(problem key, node id)``); the verifier only compares it. request: the scorer's prefill.
     """
 
     owner: Any
@@ -74,7 +75,7 @@ class Verifier:
         """Drop queued tasks of ``owner`` (a pruned or cancelled candidate); returns how many."""
         before = len(self.queue)
         if before:
-            self.queue = [t for t in self.queue if t.owner is not owner]
+            self.queue = [t for t in self.queue if t.owner != owner]
         return before - len(self.queue)
 
     @property
