@@ -304,3 +304,26 @@ def test_fasttts_cap_cancels_speculation_and_answers_unchanged(tiny_chat, monkey
     capped = [n for s in searches.values() for n in s.tree.nodes if n.pruned_by == "fasttts-cap"]
     assert capped and all(n.speculative and n.status is NodeStatus.CANCELLED for n in capped)
     assert rt.engine.pool.num_used == 0
+
+
+def test_under_kv_pressure_every_batched_sequence_keeps_its_blocks(tiny_llama, monkeypatch):
+    """Preemption picks victims ranked below the sequence being scheduled, so a sequence already
+    placed in the step's batch never loses its KV blocks before the forward runs."""
+    engine = make_engine(tiny_llama, num_blocks=40, max_model_len=128, max_num_batched_tokens=64)
+    real = engine.runner.forward
+    checked = []
+
+    def forward(batch, rows):
+        for seq, n in batch:
+            assert len(seq.block_table) * engine.config.block_size >= seq.num_computed + n
+            assert seq.status.value == "running"
+        checked.append(len(batch))
+        return real(batch, rows)
+
+    monkeypatch.setattr(engine.runner, "forward", forward)
+    prompts = random_prompts([30, 25, 35, 20, 28], seed=11)
+    seqs = [engine.add(p, sampling=SamplingParams(temperature=0), stop=StopCriteria(step_delimiter=None, max_tokens=40),
+                       priority=i % 2) for i, p in enumerate(prompts)]
+    run_to_end(engine)
+    assert engine.num_preemptions > 0 and len(checked) > 10
+    assert all(s.stop_reason is StopReason.MAX_TOKENS for s in seqs)

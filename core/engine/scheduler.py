@@ -116,7 +116,6 @@ class Scheduler:
         """Choose this step's ``(sequence, num_tokens)`` pairs; allocates their KV blocks."""
         budget = self.config.max_num_batched_tokens
         batch: list[tuple[Sequence, int]] = []
-        scheduled: set[Sequence] = set()
         self.running.sort(key=_order)
         for seq in list(self.running):
             if budget == 0 or len(batch) >= self.config.max_num_seqs:
@@ -126,13 +125,10 @@ class Scheduler:
             n = min(seq.num_pending, budget)
             if n == 0:
                 continue
-            if not self._grow_or_preempt(seq, n, scheduled, batch):
+            if not self._grow_or_preempt(seq, n):
                 continue
             batch.append((seq, n))
-            scheduled.add(seq)
             budget -= n
-            # a victim taken out of the batch gave its tokens back
-            budget = self.config.max_num_batched_tokens - sum(k for _, k in batch)
 
         self.waiting.sort(key=_order)
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs \
@@ -157,11 +153,16 @@ class Scheduler:
             self.waiting.pop(0)
             self.add_running(seq)
             batch.append((seq, n))
-            scheduled.add(seq)
             budget -= n
         return batch
 
-    def _grow_or_preempt(self, seq, n, scheduled, batch) -> bool:
+    def _grow_or_preempt(self, seq: Sequence, n: int) -> bool:
+        """Give ``seq`` the blocks for ``n`` more tokens, preempting lower-ranked sequences as needed.
+
+        The batch is built in rank order and a victim always ranks below ``seq`` (or is paused), so
+        no sequence already in this step's batch is ever preempted. Returns False when ``seq``
+        itself had to give way (it ranks lowest).
+        """
         while True:
             try:
                 self.kv.grow(seq, n)
@@ -171,7 +172,4 @@ class Scheduler:
                 if victim is None:
                     self._preempt(seq)
                     return False
-                if victim in scheduled:
-                    scheduled.discard(victim)
-                    batch[:] = [(s, k) for s, k in batch if s is not victim]
                 self._preempt(victim)
