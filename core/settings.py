@@ -38,7 +38,9 @@ class ModelSettings:
 
     generator/prm: model specs (see :func:`core.models.loader.load_model`); an equal spec loads once.
     scorer: the scoring adapter run on the PRM model (one of :data:`SCORER_NAMES`).
-    gen_kv_bytes/prm_kv_bytes: KV pool sizes in bytes.
+    gen_kv_bytes/prm_kv_bytes: KV pool sizes in bytes, allocated up front; None (the default) sizes
+        them to the work: on CPU pools that grow on demand up to a share of the machine's memory,
+        on CUDA a share of the device memory left free by the weights (see :mod:`core.solver`).
     """
 
     generator: str = "smollm2-135m-instruct"
@@ -47,8 +49,8 @@ class ModelSettings:
     dtype: str | None = None
     device: str = "cpu"
     block_size: int = 16
-    gen_kv_bytes: int = 3 << 30
-    prm_kv_bytes: int = 1 << 30
+    gen_kv_bytes: int | None = None
+    prm_kv_bytes: int | None = None
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = 4096

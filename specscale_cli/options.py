@@ -11,6 +11,9 @@ import click
 from core.settings import GIB as _GIB
 from core.settings import POLICY_DESCRIPTIONS, POLICY_NAMES, SCORER_DESCRIPTIONS, SCORER_NAMES
 
+_KV_HELP = ("{} KV pool: this many GiB allocated up front. Default: sized to the work (on CPU the pool grows "
+            "on demand up to a share of the machine's memory; on CUDA a share of the free device memory).")
+
 # (option flags, destination field, table, click type, help)
 _MODEL_OPTIONS = [
     (("--generator",), "generator", str, "Generator model: embedded name, HF folder, hub name or .gguf file."),
@@ -94,8 +97,8 @@ def model_and_search_options(fn=None, *, with_policy: bool = True):
         click.option("--perfect-score", type=float, default=None,
                      help="specscale EP: score that closes a depth once k candidates reach it (a value above 1 "
                           "disables the rule)." + preset_default("perfect_score")),
-        click.option("--kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Generator KV pool (GiB)."),
-        click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Scorer KV pool (GiB)."),
+        click.option("--kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help=_KV_HELP.format("Generator")),
+        click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help=_KV_HELP.format("Scorer")),
         click.option("--no-prefix-caching", is_flag=True, help="Disable prefix caching (for measurements)."),
     ]
     for flags, dest, typ, help_ in _MODEL_OPTIONS + _SEARCH_OPTIONS:
@@ -152,7 +155,7 @@ def prm_options(fn=None, *, with_scorer: bool = True):
         return functools.partial(prm_options, with_scorer=with_scorer)
     opts = [
         click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
-        click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help="Scorer KV pool (GiB)."),
+        click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help=_KV_HELP.format("Scorer")),
     ]
     for flags, dest, typ, help_ in _MODEL_OPTIONS:
         if dest != "generator" and (with_scorer or dest != "scorer"):

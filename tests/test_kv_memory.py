@@ -109,3 +109,80 @@ def test_lazy_zeros_shape_and_dtype():
 def test_memory_figures():
     assert peak_rss_bytes() > 50 << 20  # torch is imported
     assert physical_memory_bytes() > 256 << 20
+
+
+# ---------------------------------------------------------------------- engines with growing pools
+def test_growing_engine_generates_like_transformers_and_grows_to_its_use(tiny_model):
+    from conftest import greedy, hf_greedy, make_engine, random_prompts
+
+    prompts = random_prompts([9, 17, 30], seed=31)
+    k = 12
+    engine = make_engine(tiny_model, num_blocks=4096, kv_grow=True)
+    assert engine.pool.num_blocks == 0 and engine.pool.max_blocks == 4096 and engine.cache.lazy
+    seqs = engine.generate(prompts, *greedy(k))
+    for p, s in zip(prompts, seqs):
+        assert s.token_ids[len(p):] == hf_greedy(tiny_model, p, k)
+    # blocks of 4 tokens hold the KV of all but each sequence's last token: 20, 28 and 41 tokens
+    # need 5 + 7 + 11 blocks, and the pool grew to just that
+    assert engine.pool.num_blocks == engine.pool.peak_used == 23
+    assert engine.metrics()["kv_blocks_max"] == 4096
+
+
+def test_auto_pools_grow_on_cpu_and_take_free_memory_on_cuda(monkeypatch, tiny_llama, tiny_qwen2):
+    from core import solver
+    from core.models.loader import LoadedModel
+    from core.settings import ModelSettings
+
+    gen = solver.auto_kv_pool("generator", "cpu")
+    prm = solver.auto_kv_pool("prm", "cpu")
+    budget = physical_memory_bytes() * solver.CPU_KV_MEMORY_SHARE
+    assert gen.grow and prm.grow
+    assert gen.nbytes == int(budget * 0.75) and prm.nbytes == int(budget * 0.25)
+    assert gen.cache_share == 0.0 and prm.cache_share == solver.PRM_CACHE_SHARE
+    cuda = solver.auto_kv_pool("generator", "cuda", gpu_free_bytes=10 << 30)
+    assert not cuda.grow and cuda.nbytes == int((10 << 30) * solver.GPU_MEMORY_UTILIZATION)
+    with pytest.raises(ValueError):
+        solver.auto_kv_pool("judge", "cpu")
+
+    # on CUDA the free memory is shared so that both pools hold as many tokens
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (12 << 30, 80 << 30))
+    settings = ModelSettings(device="cuda:0")
+    g, p = solver._gpu_pools(settings, LoadedModel(tiny_llama, None, "g"), LoadedModel(tiny_qwen2, None, "p"))
+    assert g.nbytes == p.nbytes == int((6 << 30) * solver.GPU_MEMORY_UTILIZATION) and not g.grow
+    # a pool given a size keeps it; the other takes what is left
+    settings = ModelSettings(device="cuda:0", gen_kv_bytes=4 << 30)
+    g, p = solver._gpu_pools(settings, LoadedModel(tiny_llama, None, "g"), LoadedModel(tiny_qwen2, None, "p"))
+    assert g == 4 << 30 and p.nbytes == int((8 << 30) * solver.GPU_MEMORY_UTILIZATION)
+
+
+def test_build_engine_sizes(tiny_llama):
+    from core.engine.kv_cache import KVLayout
+    from core.models.loader import LoadedModel
+    from core.settings import ModelSettings
+    from core.solver import KVPoolSize, build_engine
+
+    loaded = LoadedModel(tiny_llama, None, "tiny")
+    per_block = KVLayout.from_config(tiny_llama.config, torch.float32).bytes_per_token * 16
+    settings = ModelSettings(max_model_len=None)  # capped at the model's 256 positions
+    fixed = build_engine(loaded, settings, 100 * per_block)
+    assert fixed.pool.num_blocks == fixed.pool.max_blocks == 100 and not fixed.cache.lazy
+    assert fixed.max_model_len == 256
+    auto = build_engine(loaded, settings, None)
+    assert auto.pool.num_blocks == 0 and auto.pool.max_blocks > 100 and auto.cache.lazy
+    # a growing pool's cap always holds one sequence of max_model_len tokens
+    tiny_cap = build_engine(loaded, settings, KVPoolSize(per_block, grow=True, cache_share=0.5))
+    assert tiny_cap.pool.max_blocks == 256 // 16 + 1 and tiny_cap.pool.cache_share == 0.5
+    with pytest.raises(ValueError, match="cannot hold one sequence"):
+        build_engine(loaded, settings, per_block)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_growing_engine_memory_follows_the_blocks_used(tiny_llama):
+    from conftest import greedy, make_engine, random_prompts
+
+    before = _rss()
+    # a 2 GiB cap, a few hundred KiB used
+    engine = make_engine(tiny_llama, num_blocks=(2 << 30) // 2048, kv_grow=True, max_model_len=256)  # 2 KiB blocks
+    assert engine.cache.nbytes >= 2 << 30
+    engine.generate(random_prompts([40, 50], seed=32), *greedy(20))
+    assert _rss() - before < 64 << 20

@@ -40,6 +40,11 @@ class EngineConfig:
     max_num_batched_tokens: packed tokens per step (decode tokens + prefill chunks).
     max_model_len: context limit in tokens; None uses the model's ``max_position_embeddings``.
     enable_prefix_caching: reuse full KV blocks across sequences with equal prefixes.
+    kv_grow: the pool starts empty and grows on demand, ``num_blocks`` / ``kv_cache_bytes`` being
+        its cap; on CPU its memory is reserved, not allocated, so a block costs memory from its
+        first use (see :class:`~core.engine.block_pool.BlockPool` and :class:`KVCache`).
+    kv_cache_share: a growing pool's share that unreferenced prefix-cached blocks may keep before
+        it evicts them instead of growing.
     """
 
     block_size: int = 16
@@ -49,6 +54,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
+    kv_grow: bool = False
+    kv_cache_share: float = 0.0
 
 
 class EngineStalled(RuntimeError):
@@ -119,8 +126,9 @@ class GenerationEngine:
                 f"KV pool of {num_blocks} blocks x {config.block_size} tokens cannot hold one sequence of "
                 f"max_model_len={self.max_model_len} tokens (needs {min_blocks} blocks); "
                 "raise the KV cache size or lower max_model_len")
-        self.cache = KVCache(layout, num_blocks, config.block_size, device)
-        self.pool = BlockPool(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.cache = KVCache(layout, num_blocks, config.block_size, device, lazy=config.kv_grow)
+        self.pool = BlockPool(0 if config.kv_grow else num_blocks, config.block_size, config.enable_prefix_caching,
+                              max_blocks=num_blocks if config.kv_grow else None, cache_share=config.kv_cache_share)
         self.kv = KVManager(self.pool, self.cache)
         self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens), self.kv)
         self.runner = ModelRunner(model, self.cache)
@@ -430,6 +438,7 @@ class GenerationEngine:
         """KV and throughput counters (blocks, preemptions, prefix-cache hit rate)."""
         return {
             "kv_blocks_total": self.pool.num_blocks,
+            "kv_blocks_max": self.pool.max_blocks,
             "kv_blocks_used": self.pool.num_used,
             "kv_blocks_peak": self.pool.peak_used,
             "running": len(self.scheduler.running),
