@@ -124,8 +124,13 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         prm_mean_batch_tokens (input tokens per PRM call), prm_mean_batch_computed_tokens,
         prm_queued_s (summed over tasks), pruned_ep (candidates pruned by EP's two rules),
         pruned_by_rule and cancelled_by_rule (see :class:`~core.search.beam_search.PruneCounts`),
-        cd_saved_tokens, generation_s, verification_s.
+        cd_saved_tokens, generation_s, verification_s, peak_rss_bytes (the most resident memory
+        this process has held, see :func:`core.memory.peak_rss_bytes`) and grading_timeouts
+        (math-verify calls stopped at their time limit, see :func:`core.grading.equivalence.grading_stats`).
     """
+    from core.grading.equivalence import grading_stats
+    from core.memory import peak_rss_bytes
+
     now = now if now is not None else time.perf_counter()
     wall = now - stats.started
     finished = counts["done"] + counts["errors"]
@@ -178,6 +183,8 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         "cd_saved_tokens": stats.cd_saved_tokens,
         "generation_s": stats.generation_seconds,
         "verification_s": vs.seconds,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "grading_timeouts": grading_stats()["timeouts"],
     }
 
 

@@ -99,7 +99,8 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
                       f"{snap['waiting_sequences']} waiting"),
         ("KV blocks", f"generator {_int(snap['kv_blocks_used'])}/{_int(snap['kv_blocks_total'])} "
                       f"(peak {_int(snap['kv_blocks_peak'])}) · PRM {_int(snap['prm_kv_blocks_used'])}/"
-                      f"{_int(snap['prm_kv_blocks_total'])} (peak {_int(snap['prm_kv_blocks_peak'])})"),
+                      f"{_int(snap['prm_kv_blocks_total'])} (peak {_int(snap['prm_kv_blocks_peak'])})"
+                      f" · memory peak {(snap.get('peak_rss_bytes') or 0) / 2**30:.2f} GiB"),
         ("PRM queue", f"{_n(snap['queue_tasks'], 'task')} · {_n(snap['queue_tokens'], 'token')}"),
         ("PRM calls", f"{snap['prm_calls']} ({_triggers(snap['flushes_by_trigger'])}) · "
                       f"{_rate(snap['prm_mean_batch_tasks'])} tasks, {_rate(snap['prm_mean_batch_tokens'])} tokens "
