@@ -1,4 +1,6 @@
-"""Shared fixtures: tiny random-weight Llama/Qwen2 models, the embedded SmolLM2, engine helpers.
+"""Shared fixtures: every tiny random-weight model the tests use (Llama/Qwen2 over a 128-token vocab,
+Llamas over SmolLM2's chat tokenizer, in memory or saved as a model folder), the embedded SmolLM2,
+engine and runtime helpers.
 
 The engine switches a model's attention to its paged implementation in place, so every reference
 computation (plain forward, ``generate``) goes through :func:`reference_mode`, which switches the
@@ -87,6 +89,46 @@ def tiny_loaded(smollm2):
     tok = smollm2.tokenizer
     model = LlamaForCausalLM(tiny_chat_config(tok, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
     return LoadedModel(model, tok, "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_chat(smollm2):
+    """A tiny random Llama over SmolLM2's chat tokenizer without special-token ids in its config
+    (search tests: a path ends at the step delimiter or a limit, rarely at EOS)."""
+    from transformers import LlamaForCausalLM
+
+    from core.models.loader import LoadedModel
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(tiny_chat_config(smollm2.tokenizer)).eval()
+    return LoadedModel(model, smollm2.tokenizer, "tiny-random-llama")
+
+
+def save_tiny_model(path, tokenizer, seed: int = 0, **config):
+    """A tiny random Llama over ``tokenizer`` (SmolLM2's chat tokenizer), saved like any HF folder."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = tiny_chat_config(tokenizer, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                           **config)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, smollm2):
+    """:func:`save_tiny_model` once per test session (CLI tests load it as ``--generator``)."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"), smollm2.tokenizer)
+
+
+def make_runtime(loaded, **overrides):
+    """Engines, scorer and verifier over ``loaded`` (generator and PRM), with small KV pools."""
+    from core.settings import ModelSettings
+    from core.solver import build_runtime
+
+    kw = dict(gen_kv_bytes=64 << 20, prm_kv_bytes=64 << 20, block_size=8, max_model_len=1024)
+    return build_runtime(ModelSettings(**{**kw, **overrides}), generator=loaded, prm=loaded)
 
 
 def tiny_chat_config(tokenizer, **overrides):

@@ -5,26 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-import torch
 from click.testing import CliRunner
-from transformers import LlamaForCausalLM
 
-from conftest import tiny_chat_config
 
 from specscale_cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GSM8K = ROOT / "examples" / "gsm8k_sample.jsonl"
-
-
-def save_tiny_model(path: Path, tokenizer, seed: int = 0, **config) -> Path:
-    """A tiny random Llama over ``tokenizer`` (SmolLM2's chat tokenizer), saved like any HF folder."""
-    torch.manual_seed(seed)
-    cfg = tiny_chat_config(tokenizer, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                           **config)
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def tiny_flags(model_dir: Path, prm_dir: Path | None = None, max_model_len: int = 1024) -> list[str]:
@@ -50,3 +37,18 @@ def records(out: Path) -> list[dict]:
 def without_timing(recs: list[dict]) -> list[dict]:
     """Records without ``time_s`` (the only field that differs between equal runs), sorted by id."""
     return sorted(({k: v for k, v in r.items() if k != "time_s"} for r in recs), key=lambda r: str(r["id"]))
+
+
+def wait_for_answers(proc, out: Path, err_path: Path | None = None, count: int = 1, poll_s: float = 0.05) -> None:
+    """Wait until ``OUT/answers.jsonl`` of the running ``proc`` holds ``count`` whole lines.
+
+    The 600 s deadline is a guard against a hang, not a speed check.
+    """
+    import time
+
+    answers = out / "answers.jsonl"
+    deadline = time.monotonic() + 600
+    while not (answers.exists() and answers.read_bytes().count(b"\n") >= count):
+        assert proc.poll() is None, err_path.read_text() if err_path else f"exited with {proc.returncode}"
+        assert time.monotonic() < deadline, "no answer written"
+        time.sleep(poll_s)

@@ -11,7 +11,8 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from solve_helpers import GSM8K, records, run_solve, save_tiny_model
+from conftest import save_tiny_model
+from solve_helpers import GSM8K, records, run_solve
 
 from core.io.resume import RUN_FILENAME
 from specscale_cli.main import cli
@@ -45,11 +46,6 @@ EXPECTED_ERRORS = {
     9: (None, "not valid UTF-8 (byte 0xe9"),
     10: ("problem", "does not fit the model context (256 tokens)"),
 }
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smollm2):
-    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"), smollm2.tokenizer)
 
 
 @pytest.fixture(scope="module")

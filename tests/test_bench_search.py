@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from test_cli import GSM8K, tiny_dir  # noqa: F401  (fixture)
-from test_search import PROBLEMS, make_runtime, tiny_chat  # noqa: F401  (fixture)
+from test_cli import GSM8K
+from conftest import make_runtime
+from test_search import PROBLEMS
 
 from core.bench import search_bench
 from core.bench.search_bench import parse_policies, poisson_arrivals, step_wait_seconds

@@ -6,29 +6,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-import torch
 from click.testing import CliRunner
-from transformers import LlamaForCausalLM
-
-from conftest import tiny_chat_config
 
 from core.io.writers import safe_filename
 from specscale_cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GSM8K = ROOT / "examples" / "gsm8k_sample.jsonl"
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smollm2):
-    """A tiny random Llama with SmolLM2's tokenizer, saved like any HF model folder."""
-    torch.manual_seed(0)
-    tok = smollm2.tokenizer
-    cfg = tiny_chat_config(tok, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    path = tmp_path_factory.mktemp("tiny-model")
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 def solve(args, model_dir=None):

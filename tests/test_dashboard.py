@@ -20,9 +20,9 @@ from core.io.writers import safe_filename
 from core.metrics import TokenRate, final_summary, snapshot
 from core.search.config import SearchConfig
 from core.search.driver import SearchDriver
-from specscale_cli.dashboard import Dashboard, log_line, render_panel, summary_table
-from test_cli import GSM8K, records, solve, tiny_dir  # noqa: F401  (fixture)
-from test_search import make_runtime, tiny_chat  # noqa: F401  (fixture)
+from specscale_cli.dashboard import Dashboard, render_panel, summary_table
+from test_cli import GSM8K, records, solve
+from conftest import make_runtime
 
 PROBLEMS = [Problem("p1", "What is 2 + 3?", "5", 1), Problem("p2", "Compute 7 * 6.", "42", 2),
             Problem("p3", "Is 9 prime?", "no", 3)]
@@ -167,7 +167,7 @@ SUMMARY_KEYS = {
     "prm_kv_blocks_peak", "prm_calls", "flushes_by_trigger", "prm_tasks", "prm_prefills", "prm_input_tokens",
     "prm_computed_tokens", "prm_mean_batch_tasks", "prm_mean_batch_tokens", "prm_mean_batch_computed_tokens",
     "prm_queued_s", "pruned_ep", "pruned_by_rule", "cancelled_by_rule", "cd_saved_tokens", "generation_s",
-    "verification_s", "config",
+    "verification_s", "peak_rss_bytes", "grading_timeouts", "config",
 }
 
 

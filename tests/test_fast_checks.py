@@ -11,7 +11,7 @@ import time
 import orjson
 import pytest
 
-from solve_helpers import GSM8K, ROOT
+from solve_helpers import GSM8K
 
 # generous: a busy 2-core machine takes about 0.3 s; importing torch alone takes 2-3 s
 BOUND_S = 1.5

@@ -6,7 +6,7 @@ import numpy as np
 import orjson
 import pytest
 
-from solve_helpers import GSM8K, records, run_solve, save_tiny_model
+from solve_helpers import GSM8K, records, run_solve
 
 from core.io.dataset_source import DatasetError, open_dataset
 from core.io.problems import Problem, ProblemError, gold_answer, parse_record, read_problems
@@ -127,11 +127,6 @@ def test_hub_name_offline_is_refused_at_once(monkeypatch):
 
 
 # ------------------------------------------------------------------ solve with --dataset / stdin (tiny model)
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smollm2):
-    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"), smollm2.tokenizer)
 
 
 def test_solve_dataset_parquet_shuffled_sample(tiny_dir, tmp_path):

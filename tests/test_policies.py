@@ -8,14 +8,11 @@ speculation) it takes. The step delimiter "e" makes steps end within a few token
 from __future__ import annotations
 
 import pytest
-import torch
 
 from core.io.problems import Problem
 from core.search.config import SearchConfig
 from core.search.tree import NodeStatus
-from core.verify.base import ScoreRequest
-from core.verify.likelihood import LikelihoodScorer
-from test_search import make_runtime, run, tiny_chat  # noqa: F401  (fixture)
+from conftest import make_runtime
 
 PROBLEMS = [Problem("p1", "What is 2 + 3?", "5", 1), Problem("p2", "Compute 7 * 6.", "42", 2),
             Problem("p3", "Is 9 prime?", "no", 3)]

@@ -7,12 +7,11 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 
 import orjson
 import pytest
 
-from solve_helpers import GSM8K, ROOT, records, run_solve, save_tiny_model, tiny_flags, without_timing
+from solve_helpers import GSM8K, ROOT, records, run_solve, tiny_flags, wait_for_answers, without_timing
 
 from core.io.problems import Problem, ProblemError
 from core.io.resume import (RUN_FILENAME, DoneRecords, config_differences, read_run_config, scan_answers, skip_done,
@@ -89,11 +88,6 @@ def test_run_config_round_trip_and_differences(tmp_path):
 # ------------------------------------------------------------------ solve --resume (tiny model)
 
 ARGS = ["--limit", "3", "--max-concurrent", "2"]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smollm2):
-    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"), smollm2.tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -237,12 +231,7 @@ def test_sigint_stops_a_real_process_and_resume_finishes(tiny_dir, tmp_path):
         try:
             proc.stdin.write(problems)
             proc.stdin.flush()
-            answers = out / "answers.jsonl"
-            deadline = time.monotonic() + 600  # a guard against a hang, not a speed check
-            while not (answers.exists() and answers.read_bytes().count(b"\n") >= 1):
-                assert proc.poll() is None, err_path.read_text()
-                assert time.monotonic() < deadline, "no answer written"
-                time.sleep(0.1)
+            wait_for_answers(proc, out, err_path)
             proc.send_signal(signal.SIGINT)
             rc = proc.wait(timeout=300)
         finally:

@@ -11,12 +11,11 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 
 import orjson
 import pytest
 
-from solve_helpers import GSM8K, ROOT, records, run_solve, save_tiny_model, tiny_flags, without_timing
+from solve_helpers import GSM8K, ROOT, records, run_solve, tiny_flags, wait_for_answers, without_timing
 
 from core.io.output_folder import LOCK_FILENAME
 
@@ -24,11 +23,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 ARGS = ["--limit", "3", "--max-concurrent", "1"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smollm2):
-    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"), smollm2.tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -222,12 +216,7 @@ def test_sigterm_stops_like_ctrl_c_and_resume_finishes(tiny_dir, reference, tmp_
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
         try:
-            answers = out / "answers.jsonl"
-            deadline = time.monotonic() + 600  # a guard against a hang, not a speed check
-            while not (answers.exists() and answers.read_bytes().count(b"\n") >= 1):
-                assert proc.poll() is None, err_path.read_text()
-                assert time.monotonic() < deadline, "no answer written"
-                time.sleep(0.05)
+            wait_for_answers(proc, out, err_path)
             proc.send_signal(signal.SIGTERM)
             rc = proc.wait(timeout=300)
         finally:
@@ -305,10 +294,7 @@ def test_second_run_into_a_locked_folder_is_refused_and_a_stale_lock_is_taken_ov
     try:
         holder.stdin.write(first_problem)
         holder.stdin.flush()  # stdin stays open: the run waits for more input, holding the folder
-        deadline = time.monotonic() + 600
-        while not ((out / "answers.jsonl").exists() and (out / "answers.jsonl").read_bytes().endswith(b"\n")):
-            assert holder.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for_answers(holder, out)
         second = subprocess.run([sys.executable, "-m", "specscale_cli", "solve", str(GSM8K), *ARGS, "-o", str(out),
                                  "--resume", "--no-dashboard", *tiny_flags(tiny_dir)],
                                 cwd=ROOT, env=ENV, capture_output=True, timeout=300)

@@ -10,32 +10,14 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM
 
-from conftest import tiny_chat_config
+from conftest import make_runtime
 
 from core.io.problems import Problem
-from core.models.loader import LoadedModel
 from core.search.aggregation import aggregate, weighted_vote
 from core.search.config import SearchConfig
 from core.search.driver import SearchDriver
 from core.search.tree import EndReason, NodeStatus
-from core.solver import ModelSettings, build_runtime
-
-
-@pytest.fixture(scope="module")
-def tiny_chat(smollm2):
-    torch.manual_seed(0)
-    tok = smollm2.tokenizer
-    cfg = tiny_chat_config(tok)
-    model = LlamaForCausalLM(cfg).eval()
-    return LoadedModel(model, tok, "tiny-random-llama")
-
-
-def make_runtime(loaded, **overrides):
-    kw = dict(gen_kv_bytes=64 << 20, prm_kv_bytes=64 << 20, block_size=8, max_model_len=1024)
-    settings = ModelSettings(**{**kw, **overrides})
-    return build_runtime(settings, generator=loaded, prm=loaded)
 
 
 def run(loaded, problems, cfg, max_concurrent=4, runtime=None):

@@ -151,14 +151,6 @@ def test_pair_scores_match_a_plain_forward(tiny_loaded, scorer):
         assert w == pytest.approx(reference(pair, pair.wrong), rel=1e-4, abs=1e-6)
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tiny_loaded):
-    path = tmp_path_factory.mktemp("tiny-prm")
-    tiny_loaded.model.save_pretrained(path)
-    tiny_loaded.tokenizer.save_pretrained(path)
-    return path
-
-
 def test_bench_verifier_cli_on_tiny_model(tiny_dir):
     args = ["bench", "verifier", "--problems", str(GSM8K), "--limit", "2", "--json", "--prm", str(tiny_dir),
             "--prm-kv-cache-gb", "0.05", "--max-model-len", "1024"]
