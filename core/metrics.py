@@ -114,7 +114,9 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
 
     Returns:
         Keys (times in seconds, sizes in tokens or KV blocks; None where undefined): problems_total,
-        problems_answered, errors, graded, correct, accuracy, wall_s, eta_s, generated_tokens,
+        problems_answered, errors, graded, correct, accuracy (of ``pred``), accuracy_best,
+        accuracy_weighted and accuracy_majority (of each selection rule, when ``counts`` has
+        ``correct_<rule>``), wall_s, eta_s, generated_tokens,
         tokens_per_s, tokens_per_s_now, engine_steps, preemptions and prm_preemptions (sequences
         preempted for lack of KV blocks in the generator and the PRM engine), running_sequences,
         waiting_sequences, logical_candidates (candidates carried by running sequences: more than
@@ -148,6 +150,9 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         "graded": counts["graded"],
         "correct": counts["correct"],
         "accuracy": _ratio(counts["correct"], counts["graded"]),
+        # the accuracy every selection rule would have had (solve grades all three picks)
+        **{f"accuracy_{rule}": _ratio(counts[f"correct_{rule}"], counts["graded"])
+           for rule in ("best", "weighted", "majority") if f"correct_{rule}" in counts},
         "wall_s": wall,
         "eta_s": eta,
         "generated_tokens": stats.generated_tokens,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from core.search.config import SELECTIONS, STRATEGIES
 from core.settings import GIB as _GIB
 from core.settings import POLICY_DESCRIPTIONS, POLICY_NAMES, SCORER_DESCRIPTIONS, SCORER_NAMES
 
@@ -38,6 +39,11 @@ _SEARCH_OPTIONS = [
     (("--step-delimiter",), "step_delimiter", str, "Text that ends a step (\\n \\t \\r \\\\ are understood)."),
     (("--aggregation",), "aggregation", click.Choice(["last", "min", "prod", "mean"]), "Path score from step scores."),
     (("--seed",), "seed", int, "Run seed (each candidate's sampler derives from it, the problem id and its path)."),
+    (("--strategy",), "strategy", click.Choice(list(STRATEGIES)),
+     "How the N candidates are searched. " + "; ".join(f"{k}: {v}" for k, v in STRATEGIES.items()) + "."),
+    (("--select",), "select", click.Choice(list(SELECTIONS)),
+     "How pred is chosen among the N completions (every record keeps all three). "
+     + "; ".join(f"{k}: {v}" for k, v in SELECTIONS.items()) + "."),
     (("--system-prompt",), "system_prompt", str,
      "The generator's system turn ('' for none); \\n \\t \\r \\\\ are understood, other backslashes (\\boxed) kept."),
 ]
@@ -174,6 +180,7 @@ def build_settings(opts: dict):
     """
     from core.presets import DEFAULT_PRESET, PresetError, load_preset, model_settings_problems
     from core.search.config import SearchConfig
+    from core.search.policy import check_fit
     from core.settings import ModelSettings
 
     try:
@@ -210,6 +217,11 @@ def build_settings(opts: dict):
             raise click.UsageError(f"--{field.replace('_', '-')}: {message}")
     try:
         settings, search_cfg = ModelSettings(**models), SearchConfig(**search)
+        if chooses_policy:
+            check_fit(policy, search_cfg.strategy)
+        if search_cfg.strategy == "best-of-n" and opts.get("beam_width") is not None:
+            raise ValueError("--beam-width does not apply to --strategy best-of-n (every sample is its own path); "
+                             "drop -m")
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
     check_device(settings.device)

@@ -28,6 +28,8 @@ from .run_dir import rerun_command, run_config
 from .signals import Interrupted, StopSignals
 
 EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
+# every answer record grades the pick of each selection rule: rule -> the record field it fills
+SELECTION_FIELDS = {"best": "pred_best", "weighted": "pred_weighted", "majority": "pred_majority"}
 
 
 @click.command()
@@ -142,7 +144,8 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
     skipped = SkipCounts()
     stream = skip_done(problem_input.open(), done, skipped) if len(done) else problem_input.open()
     # the whole run's figures: records an earlier run wrote and this one kept count too
-    counts = {"done": done.answers, "errors": done.errors, "correct": done.correct, "graded": done.graded}
+    counts = {"done": done.answers, "errors": done.errors, "correct": done.correct, "graded": done.graded,
+              **{f"correct_{rule}": done.correct_by.get(rule, 0) for rule in SELECTION_FIELDS}}
     here = {"done": 0, "errors": 0}
     dashboard = Dashboard(total, counts=counts, enabled=dashboard_on, stream=sys.stderr,
                           title=f"specscale solve · {source} · {policy}")
@@ -203,7 +206,7 @@ def _load(settings):
 def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here, progress,
             signals):
     """Run the driver over ``stream``, writing each record as its problem finishes; returns RunStats."""
-    from core.grading.equivalence import answers_equivalent
+    from core.grading.equivalence import answers_equivalent, grade
     from core.io.writers import AnswerWriter, write_trace
     from core.search.driver import SearchDriver
 
@@ -213,8 +216,15 @@ def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, st
             gold = problem.answer
             record = {"id": problem.id, "gold": gold, "pred": result["pred"]}
             if gold is not None:
-                record["correct"] = answers_equivalent(result["pred"], gold)
-                record["vote_correct"] = answers_equivalent(result["vote_pred"], gold)
+                # the problem statement tells a unit from a variable (gold 6m must not accept 6)
+                graded = grade(result["pred"], gold, problem.problem)
+                record["correct"], record["gold_parsed"] = graded.correct, graded.gold_parsed
+                verdicts = {result["pred"]: graded.correct}  # selections often agree: grade each answer once
+                for rule, field in SELECTION_FIELDS.items():
+                    pick = result[field]
+                    if pick not in verdicts:
+                        verdicts[pick] = answers_equivalent(pick, gold, problem.problem)
+                    record[f"correct_{rule}"] = verdicts[pick]
             record.update(result)
             record["policy"] = search.policy.name
             record["time_s"] = round(time.perf_counter() - search.tree.t0, 3)
@@ -234,6 +244,8 @@ def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, st
                 if gold is not None:
                     counts["graded"] += 1
                     counts["correct"] += int(record["correct"])
+                    for rule in SELECTION_FIELDS:
+                        counts[f"correct_{rule}"] += int(record[f"correct_{rule}"])
             progress.advance(counts)
 
         def on_error(err):

@@ -167,7 +167,8 @@ SUMMARY_KEYS = {
     "prm_kv_blocks_peak", "prm_calls", "flushes_by_trigger", "prm_tasks", "prm_prefills", "prm_input_tokens",
     "prm_computed_tokens", "prm_mean_batch_tasks", "prm_mean_batch_tokens", "prm_mean_batch_computed_tokens",
     "prm_queued_s", "pruned_ep", "pruned_by_rule", "cancelled_by_rule", "cd_saved_tokens", "generation_s",
-    "verification_s", "peak_rss_bytes", "grading_timeouts", "config",
+    "verification_s", "peak_rss_bytes", "grading_timeouts", "config", "accuracy_best", "accuracy_weighted",
+    "accuracy_majority",
 }
 
 
@@ -183,6 +184,9 @@ def test_solve_writes_summary_json(tiny_dir, tmp_path):
     assert summary["errors"] == 0 and summary["graded"] == 3
     assert summary["correct"] == sum(r["correct"] for r in recs)
     assert summary["accuracy"] == round(summary["correct"] / 3, 4)
+    for rule in ("best", "weighted", "majority"):
+        assert summary[f"accuracy_{rule}"] == round(sum(r[f"correct_{rule}"] for r in recs) / 3, 4)
+    assert summary["accuracy_best"] == summary["accuracy"]  # the default selection is the best path
     assert summary["generated_tokens"] - summary["cd_saved_tokens"] == sum(r["num_generated_tokens"] for r in recs)
     assert sum(summary["flushes_by_trigger"].values()) == summary["prm_calls"] > 0
     nodes = [n for r in recs for n in orjson.loads((out / "traces" / safe_filename(r["id"])).read_bytes())["nodes"]]

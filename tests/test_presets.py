@@ -70,7 +70,7 @@ def test_paper_preset_fields(name):
     assert (models.device, models.dtype) == ("cuda", "bfloat16")
     assert (models.gen_kv_bytes, models.prm_kv_bytes) == (gen_gib * GIB, prm_gib * GIB)
     assert models.max_model_len == 4096
-    assert (search.beam_size, search.beam_width, search.top_k) == (8, 4, 2)
+    assert (search.beam_size, search.beam_width, search.num_selected) == (8, 4, 2)
     assert (search.temperature, search.top_p, search.max_steps) == (0.8, 1.0, 40)
     assert (search.step_delimiter, search.aggregation, search.lv_threshold) == ("\n\n", "last", 2048)
     assert (search.max_step_tokens, search.max_tokens) == (512, 2048)

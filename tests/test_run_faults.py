@@ -237,6 +237,10 @@ def test_sigterm_stops_like_ctrl_c_and_resume_finishes(tiny_dir, reference, tmp_
     assert without_timing(records(out)) == reference
     summary = orjson.loads((out / "summary.json").read_bytes())
     assert (summary["problems_total"], summary["problems_answered"]) == (3, 3)  # the whole run, not this part
+    recs = records(out)
+    assert summary["graded"] == 3 and summary["correct"] == sum(r["correct"] for r in recs)
+    for rule in ("best", "weighted", "majority"):
+        assert summary[f"accuracy_{rule}"] == round(sum(r[f"correct_{rule}"] for r in recs) / 3, 4)
 
 
 # ------------------------------------------------------------------ 4. giant input lines

@@ -43,6 +43,8 @@ class DoneRecords:
             line's id could not be read, e.g. invalid JSON).
         answers/errors: how many answer and error records the file holds.
         graded/correct: answer records with a ``correct`` field, and how many of them are correct.
+        correct_by: per selection rule (``best``, ``weighted``, ``majority``), records whose
+            ``correct_<rule>`` is true.
         unreadable: 1-based line numbers of ``answers.jsonl`` lines that are not JSON objects
             with an ``id`` (a torn fragment of a killed write, or a hand edit).
         removed_to: where :func:`scan_answers` moved the unreadable lines when it repaired the
@@ -56,6 +58,7 @@ class DoneRecords:
     errors: int = 0
     graded: int = 0
     correct: int = 0
+    correct_by: dict[str, int] = field(default_factory=dict)
     unreadable: list[int] = field(default_factory=list)
     removed_to: Path | None = None
     truncated_bytes: int = 0
@@ -162,6 +165,10 @@ def _count_record(raw: bytes, done: DoneRecords) -> bool:
         if "correct" in rec:
             done.graded += 1
             done.correct += bool(rec["correct"])
+            for key, value in rec.items():
+                if key.startswith("correct_") and value:
+                    rule = key[len("correct_"):]
+                    done.correct_by[rule] = done.correct_by.get(rule, 0) + 1
     return True
 
 

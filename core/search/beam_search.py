@@ -27,7 +27,7 @@ from core.grading.extract import extract_answer
 from core.verify.base import Scorer
 from core.verify.verifier import Verifier
 
-from .aggregation import aggregate, weighted_vote
+from .aggregation import aggregate, select_answers
 from .config import SearchConfig
 from .policy import FIRST_CHILD_AT_ONCE, WHEN_SCORED, Policy
 from .tree import EndReason, Node, NodeStatus, SearchTree
@@ -60,6 +60,39 @@ def split_children(total: int, parents: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parents)]
 
 
+@dataclass(eq=False)
+class Beam:
+    """One independently decided group of candidates and its share of the answers.
+
+    Beam search has one beam (size N, width M); DVTS has N/M beams of size M and width M (each keeps
+    its best candidate per step); best-of-N has N beams of size 1 and width 1 (each sample goes its
+    own way). The decision rule runs per beam: ``size`` completed candidates end it, ``width``
+    children per selected candidate.
+
+    Attributes:
+        index: the beam's number (its nodes carry it as ``Node.beam``).
+        size / width: its beam size and beam width.
+        frontier: its candidates of the undecided depth. completed: its finished paths.
+        done: it has ``size`` completed paths (or nothing live left).
+    """
+
+    index: int
+    size: int
+    width: int
+    frontier: list[Node] = field(default_factory=list)
+    completed: list[Node] = field(default_factory=list)
+    done: bool = False
+
+
+def beam_shape(config: SearchConfig) -> tuple[int, int, int]:
+    """``(number of beams, beam size, beam width)`` of ``config.strategy`` (see :class:`Beam`)."""
+    if config.strategy == "best-of-n":
+        return config.beam_size, 1, 1
+    if config.strategy == "dvts":
+        return config.beam_size // config.beam_width, config.beam_width, config.beam_width
+    return 1, config.beam_size, config.beam_width
+
+
 class BeamSearch:
     """One problem's beam search under one policy (see the module docstring).
 
@@ -89,8 +122,8 @@ class BeamSearch:
         self.tree.root.prefix_ids = scorer.root_ids(problem, config.system_prompt)
         self.sampling = SamplingParams(config.temperature, config.top_p)
         self.stop = StopCriteria(config.step_delimiter, eos_token_ids, config.max_step_tokens, config.max_tokens)
-        self.completed: list[Node] = []
-        self.frontier: list[Node] = []  # the candidates of the undecided depth
+        count, size, width = beam_shape(config)
+        self.beams = [Beam(i, size, width) for i in range(count)]
         self.done = False
         self.generated_tokens = 0
 
@@ -101,6 +134,19 @@ class BeamSearch:
     def node(self, cid: CandidateId) -> Node:
         """The node a :data:`CandidateId` of this search names."""
         return self.tree.nodes[cid[1]]
+
+    @property
+    def completed(self) -> list[Node]:
+        """Every finished path, all beams together."""
+        return [n for b in self.beams for n in b.completed]
+
+    @property
+    def frontier(self) -> list[Node]:
+        """The candidates of every beam's undecided depth."""
+        return [n for b in self.beams for n in b.frontier]
+
+    def _beam(self, node: Node) -> Beam:
+        return self.beams[node.beam]
 
     # ------------------------------------------------------------------ small predicates
     def _ends(self, node: Node) -> bool:
@@ -121,12 +167,15 @@ class BeamSearch:
         """Queue the prompt; its one logits row yields the N first-step candidates."""
         root = self.tree.root
         nodes = [self.tree.add_child(root, i) for i in range(self.config.beam_size)]
+        size = self.beams[0].size
+        for i, n in enumerate(nodes):
+            n.beam = i // size
+            self.beams[n.beam].frontier.append(n)
         self._launch(nodes, len(root.token_ids))
         seq = self.engine.add(root.token_ids, sampling=self.sampling, stop=self.stop, seeds=[n.seed for n in nodes],
                               candidates=[self.cid(n) for n in nodes], dedup=self.policy.dedup)
         for n in nodes:
             n.seq = seq
-        self.frontier = nodes
 
     def _launch(self, nodes: list[Node], step_start: int) -> None:
         for n in nodes:
@@ -151,18 +200,19 @@ class BeamSearch:
         # with CD one sequence carries several candidates: its tokens were generated once
         if first:
             self.generated_tokens += len(node.token_ids)
-        if self.policy.expand == FIRST_CHILD_AT_ONCE and node in self.frontier:
+        beam = self._beam(node)
+        if self.policy.expand == FIRST_CHILD_AT_ONCE and node in beam.frontier:
             self._extend_first_child(node)
         if self.policy.score_at_once:
             self._submit(node)
         else:
-            self._submit_frontier_when_finished()
+            self._submit_frontier_when_finished(beam)
 
-    def _submit_frontier_when_finished(self) -> None:
-        """Depth-synchronous verification: one batch once every frontier candidate finished its step
-        (with lookahead, the finished speculative steps below it go along)."""
-        if self.frontier and all(n.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED) for n in self.frontier):
-            for n in self.frontier:
+    def _submit_frontier_when_finished(self, beam: Beam) -> None:
+        """Depth-synchronous verification: one batch once every candidate of the beam's depth
+        finished its step (with lookahead, the finished speculative steps below it go along)."""
+        if beam.frontier and all(n.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED) for n in beam.frontier):
+            for n in beam.frontier:
                 self._submit(n)
                 if self.policy.lookahead:
                     for child in n.children:
@@ -191,72 +241,74 @@ class BeamSearch:
             if node.status is NodeStatus.FINISHED:
                 node.status = NodeStatus.VERIFIED
                 fresh.append(node)
-        if self.policy.expand == WHEN_SCORED:
-            self._speculate([n for n in fresh if n in self.frontier])
-        self._advance()
+        for beam in self.beams:
+            if self.policy.expand == WHEN_SCORED:
+                self._speculate(beam, [n for n in fresh if n.beam == beam.index and n in beam.frontier])
+            self._advance(beam)
+        self.done = all(b.done for b in self.beams)
 
     # ------------------------------------------------------------------ policy steps
-    def _speculate(self, nodes: list[Node]) -> None:
+    def _speculate(self, beam: Beam, nodes: list[Node]) -> None:
         """Expand scored, live frontier candidates into M children before their depth is decided."""
         if self.policy.early_pruning:
-            self._early_prune()
+            self._early_prune(beam)
         ready = [n for n in nodes if n.status is NodeStatus.VERIFIED and not self._ends(n) and not n.children]
-        self._expand_many([(n, list(range(self.config.beam_width))) for n in ready], speculative=True)
+        self._expand_many([(n, list(range(beam.width))) for n in ready], speculative=True)
 
-    def _early_prune(self) -> None:
+    def _early_prune(self, beam: Beam) -> None:
         """EP: prune scored live candidates that can no longer reach the top-k (paper section 4.1)."""
         # k at decision time is at most ceil(|frontier| / M): completions only shrink it
-        k_max = -(-len(self.frontier) // self.config.beam_width)
-        scored = [n for n in self.frontier if n.status in (NodeStatus.VERIFIED, NodeStatus.PRUNED)
+        k_max = -(-len(beam.frontier) // beam.width)
+        scored = [n for n in beam.frontier if n.status in (NodeStatus.VERIFIED, NodeStatus.PRUNED)
                   and not self._ends(n)]
         scored.sort(key=self._rank_key)
         for node in scored[k_max:]:
             if node.status is NodeStatus.VERIFIED:
                 self._prune(node, "ep")
 
-    def _perfect_decision(self) -> bool:
+    def _perfect_decision(self, beam: Beam) -> bool:
         """EP's perfect-score rule: k live candidates at the perfect score decide the depth at once."""
         target = self.policy.perfect_score
         if not self.policy.early_pruning or target is None:
             return False
-        remaining = self.config.beam_size - len(self.completed) - sum(
-            1 for n in self.frontier if n.status is NodeStatus.VERIFIED and self._ends(n))
-        k = -(-remaining // self.config.beam_width)
-        perfect = [n for n in self.frontier if n.status is NodeStatus.VERIFIED and not self._ends(n)
+        remaining = beam.size - len(beam.completed) - sum(
+            1 for n in beam.frontier if n.status is NodeStatus.VERIFIED and self._ends(n))
+        k = -(-remaining // beam.width)
+        perfect = [n for n in beam.frontier if n.status is NodeStatus.VERIFIED and not self._ends(n)
                    and n.path_score >= target]
         return remaining > 0 and len(perfect) >= k
 
-    def _advance(self) -> None:
-        """Decide depths while the frontier allows it (speculation can make several ready at once)."""
-        while not self.done:
-            scored = all(n.status in (NodeStatus.VERIFIED, NodeStatus.PRUNED) for n in self.frontier)
+    def _advance(self, beam: Beam) -> None:
+        """Decide the beam's depths while its frontier allows it (speculation can make several ready)."""
+        while not beam.done:
+            scored = all(n.status in (NodeStatus.VERIFIED, NodeStatus.PRUNED) for n in beam.frontier)
             if scored:
-                self._decide(closed_early=False)
-            elif self._perfect_decision():
-                self._decide(closed_early=True)
+                self._decide(beam, closed_early=False)
+            elif self._perfect_decision(beam):
+                self._decide(beam, closed_early=True)
             else:
                 return
 
-    def _decide(self, closed_early: bool) -> None:
+    def _decide(self, beam: Beam, closed_early: bool) -> None:
         """Complete ended paths, select the top-k live candidates, expand them; next depth."""
         active: list[Node] = []
-        for node in self.frontier:
+        for node in beam.frontier:
             if node.status is NodeStatus.VERIFIED and self._ends(node):
                 reason = EndReason.STEP_CAP if not node.stop_reason.ends_path else _END_REASONS[node.stop_reason]
-                self._complete(node, reason)
+                self._complete(beam, node, reason)
             elif node.status in (NodeStatus.VERIFIED, NodeStatus.PRUNED):
                 active.append(node)
             else:  # closed early: candidates still generating or unscored lose their chance
                 self._prune(node, "perfect-score")
-        remaining = self.config.beam_size - len(self.completed)
+        remaining = beam.size - len(beam.completed)
         if remaining <= 0 or not active:
             for node in active:
                 self._prune(node, "top-k")
-            self.frontier = []
-            self.done = True
+            beam.frontier = []
+            beam.done = True
             return
         ranked = sorted(active, key=self._rank_key)
-        k = min(len(ranked), -(-remaining // self.config.beam_width))
+        k = min(len(ranked), -(-remaining // beam.width))
         selected = ranked[:k]
         for node in ranked[k:]:
             self._prune(node, "top-k")
@@ -273,19 +325,19 @@ class BeamSearch:
             if missing:
                 expansions.append((parent, missing))
         new_frontier.extend(self._expand_many(expansions, speculative=False))
-        self.frontier = sorted(new_frontier, key=self._order_key)
-        self._on_new_frontier()
+        beam.frontier = sorted(new_frontier, key=self._order_key)
+        self._on_new_frontier(beam)
 
-    def _on_new_frontier(self) -> None:
+    def _on_new_frontier(self, beam: Beam) -> None:
         """After a decision: the work the new depth's candidates can start at once."""
         if self.policy.expand == WHEN_SCORED:
-            self._speculate([n for n in self.frontier if n.status is NodeStatus.VERIFIED])
+            self._speculate(beam, [n for n in beam.frontier if n.status is NodeStatus.VERIFIED])
         elif self.policy.expand == FIRST_CHILD_AT_ONCE:
-            for node in self.frontier:
+            for node in beam.frontier:
                 if node.status in (NodeStatus.FINISHED, NodeStatus.VERIFIED):
                     self._extend_first_child(node)
         if not self.policy.score_at_once:
-            self._submit_frontier_when_finished()
+            self._submit_frontier_when_finished(beam)
 
     def _extend_first_child(self, node: Node) -> None:
         """FastTTS: start the first child's step at once at low priority, unless the path ends; past
@@ -293,8 +345,9 @@ class BeamSearch:
         if node.children or node.stop_reason.ends_path or node.depth >= self.config.max_steps:
             return
         if self.policy.speculation_cap is not None and self.engine.num_unfinished >= self.policy.speculation_cap:
+            frontier = self._beam(node).frontier
             for n in self.tree.nodes:
-                if n.speculative and n.status is NodeStatus.GENERATING and n.parent in self.frontier:
+                if n.speculative and n.status is NodeStatus.GENERATING and n.parent in frontier:
                     self._cancel_subtree(n, "fasttts-cap")
             return
         self._expand_many([(node, [0])], speculative=True, priority=self.policy.low_priority)
@@ -358,10 +411,10 @@ class BeamSearch:
         return tokens
 
     # ------------------------------------------------------------------ endings
-    def _complete(self, node: Node, reason: EndReason) -> None:
+    def _complete(self, beam: Beam, node: Node, reason: EndReason) -> None:
         node.status = NodeStatus.COMPLETED
         node.end_reason = reason
-        self.completed.append(node)
+        beam.completed.append(node)
         self._release(node)
 
     def _prune(self, node: Node, rule: str) -> None:
@@ -402,11 +455,15 @@ class BeamSearch:
         as their ``pruned_by``."""
         for child in self.tree.root.children:
             self._cancel_subtree(child, rule)
+        for beam in self.beams:
+            beam.frontier, beam.done = [], True
         self.done = True
 
     # ------------------------------------------------------------------ results
     def result(self) -> dict[str, Any]:
-        """The answer record body: prediction, vote, and the N completions best-first."""
+        """The answer record body: ``pred`` by the configured selection, the pick of every selection
+        rule (``pred_best``, ``pred_weighted`` with ``vote_weight``, ``pred_majority`` with
+        ``majority_count``), and the N completions best-first."""
         completions = []
         for node in sorted(self.completed, key=lambda n: -n.path_score):
             path = node.path_nodes()
@@ -421,12 +478,16 @@ class BeamSearch:
                 "num_tokens": sum(len(n.token_ids) for n in path),
                 "node": node.node_id,
             })
-        answers = [c["answer"] for c in completions]
-        vote, vote_weight = weighted_vote(answers, [c["path_score"] for c in completions])
+        picks = select_answers([c["answer"] for c in completions], [c["path_score"] for c in completions])
         return {
-            "pred": completions[0]["answer"] if completions else None,
-            "vote_pred": vote,
-            "vote_weight": round(vote_weight, 6),
+            "pred": picks[self.config.select][0],
+            "pred_best": picks["best"][0],
+            "pred_weighted": picks["weighted-vote"][0],
+            "vote_weight": round(picks["weighted-vote"][1], 6),
+            "pred_majority": picks["majority"][0],
+            "majority_count": picks["majority"][1],
+            "strategy": self.config.strategy,
+            "select": self.config.select,
             "completions": completions,
             "num_generated_tokens": self.generated_tokens,
             "num_nodes": len(self.tree.nodes) - 1,

@@ -8,6 +8,19 @@ from core.verify.lazy import LazyFlushRule
 
 from .aggregation import AGGREGATIONS
 
+# search strategies (docs/design.md, "Strategies"): how the N candidates of a problem are grouped
+STRATEGIES = {
+    "beam": "beam search: one beam of N, the top N/M expanded into M children each step",
+    "best-of-n": "N independent samples of the whole solution, every step scored",
+    "dvts": "diverse verifier tree search: N/M independent beams of width M, each keeping its best",
+}
+# how pred is chosen among the N completions
+SELECTIONS = {
+    "best": "the completion with the best path score",
+    "weighted-vote": "the answer whose equivalent completions have the largest summed path score",
+    "majority": "the answer most completions agree on (ties to the best path score)",
+}
+
 DEFAULT_SYSTEM_PROMPT = (
     "Solve the math problem step by step. Separate steps with a blank line, keep each step short, "
     "and end with the final answer written as \\boxed{answer}."
@@ -29,10 +42,12 @@ class SearchConfig:
         (None disables the rule).
     lazy_verification / lv_threshold / lv_max_deferrals: SpecScale's LV (section 4.3), see
         :mod:`core.verify.lazy`; used by the ``specscale`` policy only.
+    strategy: how the N candidates are grouped (:data:`STRATEGIES`); best-of-n ignores M.
+    select: how ``pred`` is chosen among the completions (:data:`SELECTIONS`).
 
     Raises:
-        ValueError: N < 1, M < 1, N not divisible by M, temperature < 0, top_p outside (0, 1],
-            non-positive limits, or an unknown aggregation.
+        ValueError: N < 1, M < 1, N not divisible by M (beam, dvts), temperature < 0, top_p outside (0, 1],
+            non-positive limits, or an unknown aggregation, strategy or selection.
     """
 
     beam_size: int = 4
@@ -52,13 +67,15 @@ class SearchConfig:
     lazy_verification: bool = True
     lv_threshold: int = 2048
     lv_max_deferrals: int = 6
+    strategy: str = "beam"
+    select: str = "best"
 
     def __post_init__(self):
         if self.beam_size < 1:
             raise ValueError(f"beam size N must be >= 1, got {self.beam_size}")
         if self.beam_width < 1:
             raise ValueError(f"beam width M must be >= 1, got {self.beam_width}")
-        if self.beam_size % self.beam_width:
+        if self.beam_size % self.beam_width and self.strategy != "best-of-n":
             raise ValueError(f"beam size N={self.beam_size} must be divisible by beam width M={self.beam_width}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
@@ -70,9 +87,15 @@ class SearchConfig:
         LazyFlushRule(self.lv_threshold, self.lv_max_deferrals)  # raises ValueError on bad LV settings
         if not self.step_delimiter:
             raise ValueError("step delimiter must not be empty (it is what ends a step)")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy '{self.strategy}'; choose one of {', '.join(STRATEGIES)}")
+        if self.select not in SELECTIONS:
+            raise ValueError(f"unknown selection '{self.select}'; choose one of {', '.join(SELECTIONS)}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation '{self.aggregation}'; choose one of {', '.join(AGGREGATIONS)}")
 
     @property
-    def top_k(self) -> int:
+    def num_selected(self) -> int:
+        """k = N / M: candidates a beam search selects per depth while none has completed (the
+        paper's "top-k"; named apart from sampling's top-p/top-k)."""
         return self.beam_size // self.beam_width

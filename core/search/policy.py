@@ -70,6 +70,28 @@ SPECSCALE_ONLY = ("early_pruning", "dedup", "perfect_score", "lazy_verification"
                   "lv_max_deferrals")
 
 
+# policies that have nothing to do under a strategy: best-of-N keeps every sample, so no depth is
+# ever decided against a candidate and there is nothing to speculate on
+UNFIT = {
+    ("best-of-n", "naive-spec"): "best-of-n keeps every sample, so there is no decision to speculate on; use "
+                                 "--policy non-spec, or specscale for deduplication and lazy verification",
+    ("best-of-n", "fasttts"): "best-of-n keeps every sample, so FastTTS's speculative beam extension has nothing "
+                              "to extend; use --policy non-spec, or specscale for deduplication and lazy "
+                              "verification",
+}
+
+
+def check_fit(name: str, strategy: str) -> None:
+    """Refuse a policy that makes no sense for a search strategy.
+
+    Raises:
+        ValueError: the pair is in :data:`UNFIT` (the message says why and what to use).
+    """
+    reason = UNFIT.get((strategy, name))
+    if reason is not None:
+        raise ValueError(f"--policy {name} with --strategy {strategy}: {reason}")
+
+
 def policy_for(name: str, config) -> Policy:
     """The policy ``name`` with the switches of ``config`` (a SearchConfig) applied where it has them.
 
@@ -77,10 +99,12 @@ def policy_for(name: str, config) -> Policy:
     ``lazy_verification`` with ``lv_threshold``/``lv_max_deferrals``.
 
     Raises:
-        ValueError: an unknown policy name.
+        ValueError: an unknown policy name, or one that makes no sense for ``config.strategy``
+            (:func:`check_fit`).
     """
     if name not in POLICIES:
         raise ValueError(f"unknown policy '{name}'; choose one of {', '.join(POLICIES)}")
+    check_fit(name, config.strategy)
     policy = POLICIES[name]
     if name != "specscale":
         return policy

@@ -63,6 +63,7 @@ class Node:
     t_start: float = 0.0
     t_finish: float | None = None
     t_scored: float | None = None
+    beam: int = 0  # the independently decided group it belongs to (DVTS subtree, best-of-N sample)
     speculative: bool = False  # created before its parent's depth was decided
     pruned_by: str | None = None  # the policy rule that pruned or cancelled it
     potential: int = 1  # logical candidates sharing its sequence when its step finished (CD)
@@ -110,7 +111,9 @@ class SearchTree:
     def add_child(self, parent: Node, index: int) -> Node:
         """A new candidate under ``parent`` with path ``parent.path + '.' + index``."""
         path = f"{parent.path}.{index}" if parent.path else str(index)
-        return self._new(parent, parent.depth + 1, path)
+        node = self._new(parent, parent.depth + 1, path)
+        node.beam = parent.beam
+        return node
 
     def to_dict(self, tokenizer=None) -> dict:
         """JSON-ready trace: every node with parent, step text, tokens, score, status, timestamps."""
@@ -132,6 +135,7 @@ class SearchTree:
                     "stop_reason": n.stop_reason.value if n.stop_reason else None,
                     "end_reason": n.end_reason.value if n.end_reason else None,
                     "pruned_by": n.pruned_by,
+                    "beam": n.beam,
                     "speculative": n.speculative,
                     "potential": n.potential,
                     "deduplicated": n.potential > 1,
