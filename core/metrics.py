@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from core.search.config import PICK_FIELDS
+
 # EP's two rules (SpecScale paper section 4.1): rank below k scored candidates, or k perfect scores
 EP_RULES = ("ep", "perfect-score")
 
@@ -152,7 +154,7 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         "accuracy": _ratio(counts["correct"], counts["graded"]),
         # the accuracy every selection rule would have had (solve grades all three picks)
         **{f"accuracy_{rule}": _ratio(counts[f"correct_{rule}"], counts["graded"])
-           for rule in ("best", "weighted", "majority") if f"correct_{rule}" in counts},
+           for rule in PICK_FIELDS if f"correct_{rule}" in counts},
         "wall_s": wall,
         "eta_s": eta,
         "generated_tokens": stats.generated_tokens,

@@ -209,30 +209,40 @@ def _parse_rates(text: str) -> list[float]:
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Throughput runs per policy, in rounds; figures are the median run, ratios the median "
                    "same-round ratio.")
+@click.option("--beam-sizes", default="", metavar="N1,N2,...",
+              help="Beam-size study instead of the comparison: normalized latency and peak KV blocks of every "
+                   "policy at each beam size N (e.g. 4,8,16,32; M as set).")
+@click.option("--concurrency", default="", metavar="C1,C2,...",
+              help="Concurrency study instead of the comparison: output tokens/s of every policy with at most C "
+                   "problems in flight, for each C (e.g. 16,32,64,128; give --limit >= the largest C).")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="runs/bench-search",
-              show_default=True, help="Folder for results.json, results.csv and the PNG plots.")
+              show_default=True, help="Folder for results.json, the CSV files and the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")
 @model_and_search_options(with_policy=False)
-def bench_search(problems_file, limit, policies, max_concurrent, request_rates, arrival_seed, repeats, out_dir, as_json,
-                 **opts):
+def bench_search(problems_file, limit, policies, max_concurrent, request_rates, arrival_seed, repeats, beam_sizes,
+                 concurrency, out_dir, as_json, **opts):
     """Every policy on the same problems, models loaded once, in one process (paper §5.2-§5.4).
 
     For each policy: a throughput run (all problems issued at once; --repeats rounds of them),
     then one latency run per request rate (Poisson arrivals). Prints a table and writes
     OUT/results.json, OUT/results.csv, OUT/throughput.png, OUT/time_breakdown.png and
-    OUT/latency.png.
+    OUT/latency.png. With --beam-sizes and/or --concurrency it runs those studies instead and
+    writes OUT/results.json, OUT/beam_sizes.csv + beam_sizes.png, OUT/concurrency.csv +
+    concurrency.png (paper §5.5-§5.6).
     """
     from pathlib import Path
 
     from rich.console import Console
 
-    from core.bench.search_bench import parse_policies, run_benchmark
+    from core.bench.search_bench import (parse_policies, run_beam_size_study, run_benchmark,
+                                         run_concurrency_study)
     from core.io.durable import write_atomically
     from core.io.problems import Problem, read_problems
     from core.models.loader import ModelLoadError
     from core.solver import load_models
 
-    from .bench_report import results_table, write_csv, write_plots
+    from .bench_report import (results_table, study_table, write_csv, write_plots, write_study_csv,
+                               write_study_plot)
     from .options import build_settings
 
     settings, search_cfg, _ = build_settings(opts)
@@ -241,6 +251,15 @@ def bench_search(problems_file, limit, policies, max_concurrent, request_rates, 
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--policies") from exc
     rates = _parse_rates(request_rates)
+    sizes = _parse_counts(beam_sizes, "--beam-sizes")
+    levels = _parse_counts(concurrency, "--concurrency")
+    for n in sizes:
+        if n % search_cfg.beam_width:
+            raise click.BadParameter(f"beam size {n} is not divisible by the beam width M={search_cfg.beam_width}",
+                                     param_hint="--beam-sizes")
+    if levels and limit < max(levels):
+        raise click.BadParameter(f"--limit {limit} problems cannot keep {max(levels)} in flight; give --limit "
+                                 f">= {max(levels)}", param_hint="--concurrency")
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -261,6 +280,35 @@ def bench_search(problems_file, limit, policies, max_concurrent, request_rates, 
                     f"{res['goodput']:.1f} goodput tok/s, {res['prm_calls']} PRM calls, "
                     f"norm latency {1000 * res['normalized_latency_s_per_token']:.1f} ms/tok")
 
+    header = {"problems_file": problems_file, "problems": len(problems), "beam_size": search_cfg.beam_size,
+              "beam_width": search_cfg.beam_width, "max_concurrent": max_concurrent, "generator": settings.generator,
+              "prm": settings.prm, "scorer": settings.scorer, "search": dataclasses.asdict(search_cfg)}
+    if sizes or levels:
+        result = dict(header)
+        written = [out / "results.json"]
+        if sizes:
+            result["beam_size_study"] = run_beam_size_study(models, settings, problems, search_cfg, names, sizes,
+                                                            max_concurrent, on_run)
+            console.print(study_table(result["beam_size_study"], "beam size N", [
+                ("norm. latency ms/tok", "normalized_latency_s_per_token", 1000), ("peak KV blocks", "peak_kv_blocks", 1),
+                ("latency vs non-spec", "normalized_latency_vs_nonspec", 1)]))
+            written += [write_study_csv(out / "beam_sizes.csv", result["beam_size_study"], "beam_size"),
+                        write_study_plot(out / "beam_sizes.png", result["beam_size_study"], "beam size N",
+                                         [("normalized_latency_s_per_token", "normalized latency (ms / answer token)",
+                                           1000), ("peak_kv_blocks", "peak KV blocks", 1)])]
+        if levels:
+            result["concurrency_study"] = run_concurrency_study(models, settings, problems, search_cfg, names, levels,
+                                                                on_run)
+            console.print(study_table(result["concurrency_study"], "problems in flight", [
+                ("out tok/s", "throughput", 1), ("vs non-spec", "ratio_vs_nonspec", 1)]))
+            written += [write_study_csv(out / "concurrency.csv", result["concurrency_study"], "concurrency"),
+                        write_study_plot(out / "concurrency.png", result["concurrency_study"], "problems in flight",
+                                         [("throughput", "output tokens / s", 1)])]
+        write_atomically(out / "results.json", orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+        console.print("wrote " + ", ".join(str(p) for p in written))
+        if as_json:
+            click.echo(orjson.dumps(result).decode())
+        return
     result = run_benchmark(models, settings, problems, search_cfg, names, max_concurrent, rates, arrival_seed, on_run,
                            repeats=repeats)
     result = {"problems_file": problems_file, "problems": len(problems), "beam_size": search_cfg.beam_size,
@@ -275,6 +323,89 @@ def bench_search(problems_file, limit, policies, max_concurrent, request_rates, 
     console.print(f"wrote {out / 'results.json'}, {out / 'results.csv'}, " + ", ".join(str(p) for p in plots))
     if as_json:
         click.echo(orjson.dumps(result).decode())
+
+
+@bench.command("strategies")
+@click.option("--problems", "problems_file", type=click.Path(exists=True, dir_okay=False),
+              default="examples/gsm8k_sample.jsonl", show_default=True, help="JSONL problems with gold answers.")
+@click.option("--limit", type=click.IntRange(min=1), default=32, show_default=True, help="First K problems.")
+@click.option("--sizes", default="4,16", show_default=True, metavar="N1,N2,...",
+              help="Beam sizes N at which best-of-N, beam search and DVTS run (greedy runs once, N=1).")
+@click.option("--policy", type=click.Choice(["non-spec", "specscale"]), default="specscale", show_default=True,
+              help="How every strategy runs (the answers do not depend on it, the time does).")
+@click.option("--max-concurrent", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Problems searched at once.")
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="runs/bench-strategies",
+              show_default=True, help="Folder for results.json, results.csv and accuracy_vs_tokens.png.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")
+@model_and_search_options(with_policy=False)
+def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_dir, as_json, **opts):
+    """Accuracy, generated tokens and wall time of greedy (N=1), best-of-N, beam search and DVTS at each N,
+    on the same problems with the models loaded once; plots accuracy against generated tokens.
+
+    Every strategy uses the preset's search settings (M, step limits, temperature; greedy runs at
+    temperature 0) and --select for its answer; every selection's accuracy is reported too.
+    """
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from core.bench.strategies_bench import run_strategies, strategy_config, strategy_points
+    from core.io.durable import write_atomically
+    from core.io.problems import Problem, read_problems
+    from core.models.loader import ModelLoadError
+    from core.solver import load_models
+
+    from .bench_report import strategies_table, write_strategies_csv, write_strategies_plot
+    from .options import build_settings
+
+    settings, search_cfg, _ = build_settings(opts)
+    ns = _parse_counts(sizes, "--sizes")
+    try:
+        for strategy, n in strategy_points(ns):
+            strategy_config(search_cfg, strategy, n)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sizes") from exc
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
+    problems = [p for p in read_problems(problems_file) if isinstance(p, Problem)][:limit]
+    if not problems:
+        raise click.UsageError(f"{problems_file}: no valid problems")
+    try:
+        models = load_models(settings)
+    except (ModelLoadError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    console = Console(stderr=True)
+
+    def on_run(row):
+        console.log(f"{row['strategy']} N={row['n']}: accuracy {row['accuracy']}, {row['generated_tokens']} tokens, "
+                    f"{row['wall_s']:.1f} s")
+
+    rows = run_strategies(models, settings, problems, search_cfg, policy, ns, max_concurrent, on_run)
+    result = {"problems_file": problems_file, "problems": len(problems), "policy": policy, "select": search_cfg.select,
+              "generator": settings.generator, "prm": settings.prm, "scorer": settings.scorer,
+              "search": dataclasses.asdict(search_cfg), "runs": rows}
+    console.print(strategies_table(rows))
+    write_atomically(out / "results.json", orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    written = [out / "results.json", write_strategies_csv(out / "results.csv", rows),
+               write_strategies_plot(out / "accuracy_vs_tokens.png", rows)]
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    if as_json:
+        click.echo(orjson.dumps(result).decode())
+
+
+def _parse_counts(text: str, flag: str) -> list[int]:
+    """Positive whole numbers from a comma-separated flag value, in order, without repeats."""
+    try:
+        values = list(dict.fromkeys(int(v) for v in text.split(",") if v.strip()))
+    except ValueError as exc:
+        raise click.BadParameter(f"expected whole numbers separated by commas, got {text!r}", param_hint=flag) from exc
+    if any(v < 1 for v in values):
+        raise click.BadParameter("values must be >= 1", param_hint=flag)
+    return values
 
 
 def _register_verifier():

@@ -136,3 +136,105 @@ def write_plots(out_dir: Path, results: dict, rates: list[str]) -> list[Path]:
         ax.legend()
         written.append(_save(fig, out_dir / "latency.png"))
     return written
+
+
+def study_table(study: dict, axis: str, metrics: list[tuple[str, str, float]]) -> Table:
+    """A rich table of a sweep (``{value: {policy: {metric: x}}}``): one row per value and policy.
+
+    ``metrics``: ``(column title, result key, scale)`` per column (scale 1000 shows ms for s).
+    """
+    table = Table(title=f"specscale bench search: {axis} study", header_style="bold")
+    table.add_column(axis, justify="right")
+    table.add_column("policy")
+    for title, _, _ in metrics:
+        table.add_column(title, justify="right")
+    for value, row in study.items():
+        for name, res in row.items():
+            cells = [_fmt(None if res.get(key) is None else res[key] * scale, "{:.2f}" if scale == 1 else "{:.1f}")
+                     for _, key, scale in metrics]
+            table.add_row(value, name, *cells)
+    return table
+
+
+def write_study_csv(path: Path, study: dict, axis: str) -> Path:
+    """One CSV row per (sweep value, policy) with every metric of the study."""
+    keys = sorted({k for row in study.values() for res in row.values() for k in res})
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow([axis, "policy", *keys])
+        for value, row in study.items():
+            for name, res in row.items():
+                w.writerow([value, name, *[res.get(k) for k in keys]])
+    return path
+
+
+def write_study_plot(path: Path, study: dict, axis: str, panels: list[tuple[str, str, float]]) -> Path:
+    """One panel per ``(result key, y label, scale)``: the metric against the sweep value, a line per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [int(v) for v in study]
+    policies = list(next(iter(study.values())))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (key, label, scale) in zip(axes[0], panels):
+        for name in policies:
+            ax.plot(xs, [study[str(x)][name][key] * scale for x in xs], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xlabel(axis)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+STRATEGY_COLUMNS = [("strategy", "strategy", "{}"), ("N", "n", "{}"), ("M", "beam_width", "{}"),
+                    ("accuracy", "accuracy", "{:.3f}"), ("acc best", "accuracy_best", "{:.3f}"),
+                    ("acc weighted", "accuracy_weighted", "{:.3f}"), ("acc majority", "accuracy_majority", "{:.3f}"),
+                    ("tokens", "generated_tokens", "{}"), ("tokens/problem", "tokens_per_problem", "{:.0f}"),
+                    ("wall s", "wall_s", "{:.1f}")]
+
+
+def strategies_table(rows: list[dict]) -> Table:
+    """A rich table: one row per strategy run of `specscale bench strategies`."""
+    table = Table(title="specscale bench strategies", header_style="bold")
+    for title, _, _ in STRATEGY_COLUMNS:
+        table.add_column(title, justify="left" if title == "strategy" else "right")
+    for row in rows:
+        table.add_row(*[_fmt(row.get(key), fmt) for _, key, fmt in STRATEGY_COLUMNS])
+    return table
+
+
+def write_strategies_csv(path: Path, rows: list[dict]) -> Path:
+    """One CSV row per strategy run, the table's columns."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow([key for _, key, _ in STRATEGY_COLUMNS])
+        for row in rows:
+            w.writerow([row.get(key) for _, key, _ in STRATEGY_COLUMNS])
+    return path
+
+
+def write_strategies_plot(path: Path, rows: list[dict]) -> Path:
+    """Accuracy against generated tokens per problem: a line per strategy through its N, greedy a point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        pts = [r for r in rows if r["strategy"] == strategy]
+        ax.plot([r["tokens_per_problem"] for r in pts], [r["accuracy"] or 0.0 for r in pts], marker="o",
+                label=strategy)
+        for r in pts:
+            ax.annotate(f"N={r['n']}", (r["tokens_per_problem"], r["accuracy"] or 0.0), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("generated tokens per problem")
+    ax.set_ylabel("accuracy")
+    ax.set_title("Accuracy against test-time compute")
+    ax.legend()
+    return _save(fig, path)

@@ -28,8 +28,6 @@ from .run_dir import rerun_command, run_config
 from .signals import Interrupted, StopSignals
 
 EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
-# every answer record grades the pick of each selection rule: rule -> the record field it fills
-SELECTION_FIELDS = {"best": "pred_best", "weighted": "pred_weighted", "majority": "pred_majority"}
 
 
 @click.command()
@@ -101,6 +99,7 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
     from core.io.durable import OutputWriteError
     from core.io.resume import RUN_FILENAME, SkipCounts, skip_done, write_run_config
     from core.io.writers import ANSWERS_FILENAME, SUMMARY_FILENAME
+    from core.search.config import PICK_FIELDS
 
     out, done = prepared.out, prepared.done
     answers_path = out / ANSWERS_FILENAME
@@ -145,7 +144,7 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
     stream = skip_done(problem_input.open(), done, skipped) if len(done) else problem_input.open()
     # the whole run's figures: records an earlier run wrote and this one kept count too
     counts = {"done": done.answers, "errors": done.errors, "correct": done.correct, "graded": done.graded,
-              **{f"correct_{rule}": done.correct_by.get(rule, 0) for rule in SELECTION_FIELDS}}
+              **{f"correct_{rule}": done.correct_by.get(rule, 0) for rule in PICK_FIELDS}}
     here = {"done": 0, "errors": 0}
     dashboard = Dashboard(total, counts=counts, enabled=dashboard_on, stream=sys.stderr,
                           title=f"specscale solve · {source} · {policy}")
@@ -208,6 +207,7 @@ def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, st
     """Run the driver over ``stream``, writing each record as its problem finishes; returns RunStats."""
     from core.grading.equivalence import answers_equivalent, grade
     from core.io.writers import AnswerWriter, write_trace
+    from core.search.config import PICK_FIELDS
     from core.search.driver import SearchDriver
 
     with AnswerWriter(out) as writer:
@@ -220,7 +220,7 @@ def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, st
                 graded = grade(result["pred"], gold, problem.problem)
                 record["correct"], record["gold_parsed"] = graded.correct, graded.gold_parsed
                 verdicts = {result["pred"]: graded.correct}  # selections often agree: grade each answer once
-                for rule, field in SELECTION_FIELDS.items():
+                for rule, field in PICK_FIELDS.items():
                     pick = result[field]
                     if pick not in verdicts:
                         verdicts[pick] = answers_equivalent(pick, gold, problem.problem)
@@ -244,7 +244,7 @@ def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, st
                 if gold is not None:
                     counts["graded"] += 1
                     counts["correct"] += int(record["correct"])
-                    for rule in SELECTION_FIELDS:
+                    for rule in PICK_FIELDS:
                         counts[f"correct_{rule}"] += int(record[f"correct_{rule}"])
             progress.advance(counts)
 

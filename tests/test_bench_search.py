@@ -156,3 +156,71 @@ def test_bench_search_rejects_bad_rates_and_policies(tmp_path):
     assert res.exit_code == 2 and "> 0" in res.output
     res = runner.invoke(cli, ["bench", "search", "--policies", "fast", "-o", str(tmp_path)])
     assert res.exit_code == 2 and "unknown policy fast" in res.output
+
+
+def _tiny_bench_flags(tiny_dir):
+    return ["--generator", str(tiny_dir), "--prm", str(tiny_dir), "--step-delimiter", "e", "-m", "2",
+            "--max-steps", "2", "--max-step-tokens", "16", "--kv-cache-gb", "0.05", "--prm-kv-cache-gb", "0.05",
+            "--max-model-len", "1024"]
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_beam_size_and_concurrency_studies(tiny_dir, tmp_path):
+    out = tmp_path / "studies"
+    args = ["bench", "search", "--problems", str(GSM8K), "--limit", "2", "--policies", "non-spec,specscale:ep+cd+lv",
+            "--beam-sizes", "2,4", "--concurrency", "1,2", "-o", str(out), "--json", *_tiny_bench_flags(tiny_dir)]
+    res = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert printed == json.loads((out / "results.json").read_text())
+    sizes, levels = printed["beam_size_study"], printed["concurrency_study"]
+    assert list(sizes) == ["2", "4"] and list(levels) == ["1", "2"]
+    for row in sizes.values():
+        base, spec = row["non-spec"], row["specscale:ep+cd+lv"]
+        assert spec["answer_tokens"] == base["answer_tokens"] > 0  # the same completions at each N
+        assert base["normalized_latency_vs_nonspec"] == 1.0
+        assert spec["normalized_latency_vs_nonspec"] == round(
+            spec["normalized_latency_s_per_token"] / base["normalized_latency_s_per_token"], 3)
+        assert all(r["peak_kv_blocks"] > 0 for r in row.values())
+    assert sizes["4"]["non-spec"]["answer_tokens"] > sizes["2"]["non-spec"]["answer_tokens"]  # 4 paths, not 2
+    for row in levels.values():
+        assert row["non-spec"]["ratio_vs_nonspec"] == 1.0
+        assert row["specscale:ep+cd+lv"]["ratio_vs_nonspec"] == round(
+            row["specscale:ep+cd+lv"]["throughput"] / row["non-spec"]["throughput"], 3)
+    lines = (out / "beam_sizes.csv").read_text().splitlines()
+    assert lines[0].startswith("beam_size,policy,") and [tuple(x.split(",")[:2]) for x in lines[1:]] == [
+        ("2", "non-spec"), ("2", "specscale:ep+cd+lv"), ("4", "non-spec"), ("4", "specscale:ep+cd+lv")]
+    assert len((out / "concurrency.csv").read_text().splitlines()) == 5
+    for png in ("beam_sizes.png", "concurrency.png"):
+        assert (out / png).read_bytes()[:8] == PNG
+    assert not (out / "results.csv").exists()  # the studies ran instead of the comparison
+
+
+def test_studies_refuse_sizes_m_does_not_divide_and_too_few_problems(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(cli, ["bench", "search", "--beam-sizes", "3", "-m", "2", "-o", str(tmp_path)])
+    assert res.exit_code == 2 and "beam size 3 is not divisible by the beam width M=2" in res.output
+    res = runner.invoke(cli, ["bench", "search", "--concurrency", "8", "--limit", "4", "-o", str(tmp_path)])
+    assert res.exit_code == 2 and "--limit 4 problems cannot keep 8 in flight" in res.output
+
+
+def test_bench_strategies_rows_and_plot(tiny_dir, tmp_path):
+    out = tmp_path / "strategies"
+    args = ["bench", "strategies", "--problems", str(GSM8K), "--limit", "2", "--sizes", "2,4", "-o", str(out),
+            "--json", *_tiny_bench_flags(tiny_dir)]
+    res = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout.strip().splitlines()[-1])
+    rows = printed["runs"]
+    assert [(r["strategy"], r["n"], r["beam_width"]) for r in rows] == [
+        ("greedy", 1, 1), ("best-of-n", 2, 1), ("beam", 2, 2), ("dvts", 2, 2),
+        ("best-of-n", 4, 1), ("beam", 4, 2), ("dvts", 4, 2)]
+    for r in rows:
+        assert r["generated_tokens"] > 0 and r["wall_s"] > 0 and 0.0 <= r["accuracy"] <= 1.0
+        assert r["tokens_per_problem"] == round(r["generated_tokens"] / 2, 1)
+    assert rows[0]["generated_tokens"] < rows[-2]["generated_tokens"]  # one greedy path costs less than beam N=4
+    lines = (out / "results.csv").read_text().splitlines()
+    assert lines[0].startswith("strategy,n,beam_width,accuracy") and len(lines) == 8
+    assert (out / "accuracy_vs_tokens.png").read_bytes()[:8] == PNG

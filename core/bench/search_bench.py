@@ -18,11 +18,12 @@ Token counts used below:
 from __future__ import annotations
 
 import dataclasses
-import gc
 import random
 import statistics
 import time
 from typing import Any, Sequence
+
+from core.search.config import PICK_FIELDS as PICKS
 
 # policy spec name -> (policy, SearchConfig overrides)
 POLICY_SPECS: dict[str, tuple[str, dict]] = {
@@ -134,11 +135,19 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         nonlocal speculative
         now = time.perf_counter() - t0
         answer_tokens = sum(c["num_tokens"] for c in result["completions"])
-        correct = problem.answer is not None and answers_equivalent(result["pred"], problem.answer)
+        graded = problem.answer is not None
+        verdicts: dict = {}
+
+        def correct(pick) -> bool:
+            if pick not in verdicts:
+                verdicts[pick] = graded and answers_equivalent(pick, problem.answer, problem.problem)
+            return bool(verdicts[pick])
+
         latency = now - arrival_of.get(problem.id, 0.0)
         per_problem.append({"id": problem.id, "latency_s": latency, "answer_tokens": answer_tokens,
-                            "generated_tokens": result["num_generated_tokens"], "correct": bool(correct),
-                            "graded": problem.answer is not None})
+                            "generated_tokens": result["num_generated_tokens"], "correct": correct(result["pred"]),
+                            **{f"correct_{rule}": correct(result[field]) for rule, field in PICKS.items()},
+                            "graded": graded})
         speculative += sum(n.speculative for n in search.tree.nodes[1:])
         waits.extend(step_wait_seconds(search.tree.nodes))
 
@@ -150,13 +159,10 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
     v = rt.verifier.stats
     peak_kv, kv_total = rt.engine.pool.peak_used, rt.engine.pool.num_blocks
     logit_rows, engine_steps = rt.engine.total_logit_rows, rt.engine.total_steps
-    preemptions = rt.engine.scheduler.num_preemptions
+    preemptions = rt.engine.num_preemptions
     mean_candidates = sampler.mean
-    # engines, sequences and tree nodes reference each other; the cycle collector rarely runs on its
-    # own (tensors do not count towards its thresholds), so without this each run's KV pools
-    # (gigabytes) would stay allocated until the process runs out of memory
+    # engines and trees hold no reference cycles: dropping them frees the run's KV pools at once
     del driver, rt, sampler
-    gc.collect()
     answer_tokens = sum(p["answer_tokens"] for p in per_problem)
     graded = [p for p in per_problem if p["graded"]]
     generation = stats.generation_seconds
@@ -184,6 +190,8 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         "engine_steps": engine_steps,
         "preemptions": preemptions,
         "accuracy": round(sum(p["correct"] for p in graded) / len(graded), 4) if graded else None,
+        **{f"accuracy_{rule}": round(sum(p[f"correct_{rule}"] for p in graded) / len(graded), 4) if graded else None
+           for rule in PICKS},
         "mean_latency_s": round(statistics.fmean(p["latency_s"] for p in per_problem), 3) if per_problem else 0.0,
         "normalized_latency_s_per_token": round(statistics.fmean(normalized), 5) if normalized else 0.0,
         # the driver counts candidates as each rule ends them (RunStats.prunes)
@@ -263,3 +271,65 @@ def add_ratios(results: dict[str, dict]) -> None:
             res[f"{name}_runs"] = ratios
         if res.get("accuracy") is not None and base.get("accuracy") is not None:
             res["accuracy_delta_vs_nonspec"] = round(res["accuracy"] - base["accuracy"], 4)
+
+
+def run_beam_size_study(models: tuple, settings, problems: Sequence, search_cfg, policies: Sequence[str],
+                        beam_sizes: Sequence[int], max_concurrent: int, on_run=None) -> dict[str, dict]:
+    """The paper's beam-size study: every policy at every beam size N (M as in ``search_cfg``),
+    all problems issued at once.
+
+    Returns:
+        ``{str(N): {policy: {"normalized_latency_s_per_token", "mean_latency_s", "peak_kv_blocks",
+        "wall_s", "throughput", "answer_tokens", "normalized_latency_vs_nonspec"}}}``; the ratio only
+        when non-spec ran (lower is better).
+
+    Raises:
+        ValueError: a beam size not divisible by the beam width.
+    """
+    out: dict[str, dict] = {}
+    for n in beam_sizes:
+        cfg = dataclasses.replace(search_cfg, beam_size=n)  # raises ValueError when M does not divide N
+        row = {}
+        for name in policies:
+            policy, overrides = POLICY_SPECS[name]
+            res = run_policy(models, settings, problems, dataclasses.replace(cfg, **overrides), policy, max_concurrent)
+            if on_run:
+                on_run(f"{name} N={n}", None, res)
+            row[name] = {k: res[k] for k in ("normalized_latency_s_per_token", "mean_latency_s", "peak_kv_blocks",
+                                             "wall_s", "throughput", "answer_tokens")}
+        base = row.get(BASELINE)
+        for res in row.values():
+            if base and base["normalized_latency_s_per_token"]:
+                res["normalized_latency_vs_nonspec"] = round(
+                    res["normalized_latency_s_per_token"] / base["normalized_latency_s_per_token"], 3)
+        out[str(n)] = row
+    return out
+
+
+def run_concurrency_study(models: tuple, settings, problems: Sequence, search_cfg, policies: Sequence[str],
+                          levels: Sequence[int], on_run=None) -> dict[str, dict]:
+    """The paper's concurrency study: every policy with at most C problems in flight, for each C.
+
+    Each level runs on the first ``max(levels)`` problems issued at once (fewer problems than C
+    cannot keep C in flight: the caller passes enough).
+
+    Returns:
+        ``{str(C): {policy: {"throughput", "goodput", "wall_s", "mean_concurrent_candidates",
+        "ratio_vs_nonspec"}}}``; the ratio (output tokens/s against non-spec at the same C) only
+        when non-spec ran.
+    """
+    out: dict[str, dict] = {}
+    for c in levels:
+        row = {}
+        for name in policies:
+            policy, overrides = POLICY_SPECS[name]
+            res = run_policy(models, settings, problems, dataclasses.replace(search_cfg, **overrides), policy, c)
+            if on_run:
+                on_run(f"{name} C={c}", None, res)
+            row[name] = {k: res[k] for k in ("throughput", "goodput", "wall_s", "mean_concurrent_candidates")}
+        base = row.get(BASELINE)
+        for res in row.values():
+            if base and base["throughput"]:
+                res["ratio_vs_nonspec"] = round(res["throughput"] / base["throughput"], 3)
+        out[str(c)] = row
+    return out

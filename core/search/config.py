@@ -21,6 +21,10 @@ SELECTIONS = {
     "majority": "the answer most completions agree on (ties to the best path score)",
 }
 
+# every answer record keeps each rule's pick and grades it: short rule name -> the record's field
+# (the record's correct_<rule> and summary.json's accuracy_<rule> use the short name)
+PICK_FIELDS = {"best": "pred_best", "weighted": "pred_weighted", "majority": "pred_majority"}
+
 DEFAULT_SYSTEM_PROMPT = (
     "Solve the math problem step by step. Separate steps with a blank line, keep each step short, "
     "and end with the final answer written as \\boxed{answer}."
