@@ -207,6 +207,7 @@ EXTRACT_AND_GRADE = [
     ("The answer is 1, 3, 5.", "1, 3, 5", "1, 3, 5", True),
     ("The answer is 1, 3, 5.", "1, 3, 5", "135", False),
     ("The answer is 5, 1, 3.", "5, 1, 3", "1, 3, 5", True),
+    ("The answer is −7.", "−7", "-7", True),
     # thousands separators still give one number
     ("The answer is 1,000.", "1000", "1000", True),
     ("The answer is 12,345,678.", "12345678", "12,345,678", True),

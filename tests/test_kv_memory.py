@@ -186,3 +186,26 @@ def test_growing_engine_memory_follows_the_blocks_used(tiny_llama):
     assert engine.cache.nbytes >= 2 << 30
     engine.generate(random_prompts([40, 50], seed=32), *greedy(20))
     assert _rss() - before < 64 << 20
+
+
+# ---------------------------------------------------------------------- logits rows read per step
+def test_read_rows_per_step_are_bounded_and_logits_unchanged(tiny_llama):
+    """Prefill-only reads (a PRM flush) are spread over steps of at most max_num_read_rows rows,
+    so the ``[rows, vocab]`` logits of one step stay small; the rows equal a plain forward's."""
+    from conftest import hf_logits, make_engine, random_prompts, run_to_end
+
+    a, b = random_prompts([30, 21], seed=33)
+    engine = make_engine(tiny_llama, max_num_read_rows=5)
+    pa = engine.add(a, prefill_only=True, read_positions=list(range(8, 20)))
+    pb = engine.add(b, prefill_only=True, read_positions=[0, 1, 2, 20])
+    outs = run_to_end(engine)
+    assert max(o.num_logit_rows for o in outs) == 5
+    assert sum(o.num_logit_rows for o in outs) == 16
+    torch.testing.assert_close(torch.stack(pa.read_logits), hf_logits(tiny_llama, a)[8:20], atol=1e-4, rtol=0)
+    torch.testing.assert_close(torch.stack(pb.read_logits), hf_logits(tiny_llama, b)[[0, 1, 2, 20]], atol=1e-4,
+                               rtol=0)
+    # without the bound the same reads take one step
+    engine = make_engine(tiny_llama, max_num_read_rows=None)
+    engine.add(a, prefill_only=True, read_positions=list(range(8, 20)))
+    engine.add(b, prefill_only=True, read_positions=[0, 1, 2, 20])
+    assert max(o.num_logit_rows for o in run_to_end(engine)) == 16

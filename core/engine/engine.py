@@ -45,6 +45,8 @@ class EngineConfig:
         first use (see :class:`~core.engine.block_pool.BlockPool` and :class:`KVCache`).
     kv_cache_share: a growing pool's share that unreferenced prefix-cached blocks may keep before
         it evicts them instead of growing.
+    max_num_read_rows: logits rows prefill-only sequences read per step (each a ``[vocab]`` float
+        tensor; see :class:`~core.engine.scheduler.SchedulerConfig`); None: no limit.
     """
 
     block_size: int = 16
@@ -56,6 +58,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     kv_grow: bool = False
     kv_cache_share: float = 0.0
+    max_num_read_rows: int | None = 256
 
 
 class EngineStalled(RuntimeError):
@@ -130,7 +133,8 @@ class GenerationEngine:
         self.pool = BlockPool(0 if config.kv_grow else num_blocks, config.block_size, config.enable_prefix_caching,
                               max_blocks=num_blocks if config.kv_grow else None, cache_share=config.kv_cache_share)
         self.kv = KVManager(self.pool, self.cache)
-        self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens), self.kv)
+        self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
+                                                   config.max_num_read_rows), self.kv)
         self.runner = ModelRunner(model, self.cache)
         self.pieces = TokenPieces(tokenizer, mc.vocab_size)
         self._arrival = itertools.count()

@@ -15,6 +15,7 @@ lack of KV memory.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from .block_pool import OutOfBlocks
@@ -24,10 +25,18 @@ from .sequence import Sequence, SeqStatus
 
 @dataclass
 class SchedulerConfig:
-    """Batch limits: sequences per step and packed tokens per step."""
+    """Batch limits: sequences per step, packed tokens per step, and logits rows that prefill-only
+    sequences read per step (None: no limit).
+
+    Each row read is a ``[vocab]`` float tensor held until its scorer is done (200 KB for a 49k
+    vocabulary, 600 KB for 152k); a PRM flush that read every step token of many paths at once
+    would allocate hundreds of MB in one step. A prefill chunk is cut just before the read that
+    would exceed ``max_num_read_rows``, and continues in the next step.
+    """
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
+    max_num_read_rows: int | None = None
 
 
 def _order(seq: Sequence):
@@ -115,6 +124,7 @@ class Scheduler:
     def schedule(self) -> list[tuple[Sequence, int]]:
         """Choose this step's ``(sequence, num_tokens)`` pairs; allocates their KV blocks."""
         budget = self.config.max_num_batched_tokens
+        reads = [self.config.max_num_read_rows]  # read rows left this step (None: no limit)
         batch: list[tuple[Sequence, int]] = []
         self.running.sort(key=_order)
         for seq in list(self.running):
@@ -122,11 +132,12 @@ class Scheduler:
                 break
             if seq.status is not SeqStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            n = min(seq.num_pending, budget)
+            n = self._limit_reads(seq, min(seq.num_pending, budget), reads)
             if n == 0:
                 continue
             if not self._grow_or_preempt(seq, n):
                 continue
+            self._take_reads(seq, n, reads)
             batch.append((seq, n))
             budget -= n
 
@@ -136,7 +147,10 @@ class Scheduler:
             seq = self.waiting[0]
             if not seq.block_table:
                 self.kv.admit_from_prefix_cache(seq)
-            n = min(seq.num_pending, budget)
+            n = self._limit_reads(seq, min(seq.num_pending, budget), reads)
+            if n == 0:  # no read rows left this step: it waits, in order
+                self.kv.release(seq)
+                break
             try:
                 self.kv.grow(seq, n)
             except OutOfBlocks:
@@ -152,9 +166,31 @@ class Scheduler:
                 break
             self.waiting.pop(0)
             self.add_running(seq)
+            self._take_reads(seq, n, reads)
             batch.append((seq, n))
             budget -= n
         return batch
+
+    @staticmethod
+    def _reads_in(seq: Sequence, n: int) -> tuple[list[int], int, int]:
+        """The unread read positions of ``seq`` and the index range of those in its next ``n`` tokens."""
+        unread = seq.read_positions[len(seq.read_logits):]
+        c = seq.num_computed
+        return unread, bisect_left(unread, c), bisect_left(unread, c + n)
+
+    def _limit_reads(self, seq: Sequence, n: int, reads: list) -> int:
+        """``n`` cut so that a prefill-only ``seq`` reads at most ``reads[0]`` rows (0: it sits out)."""
+        if reads[0] is None or not seq.prefill_only or n == 0:
+            return n
+        unread, lo, hi = self._reads_in(seq, n)
+        if hi - lo <= reads[0]:
+            return n
+        return unread[lo + reads[0]] - seq.num_computed  # stop just before the first read over the limit
+
+    def _take_reads(self, seq: Sequence, n: int, reads: list) -> None:
+        if reads[0] is not None and seq.prefill_only:
+            _, lo, hi = self._reads_in(seq, n)
+            reads[0] -= hi - lo
 
     def _grow_or_preempt(self, seq: Sequence, n: int) -> bool:
         """Give ``seq`` the blocks for ``n`` more tokens, preempting lower-ranked sequences as needed.

@@ -158,7 +158,7 @@ def _scientific_to_decimal(m: re.Match) -> str:
 
 def _prepare(ans: str) -> str:
     """The presentation-free form of one side (step 1 of the module docstring)."""
-    s = _strip_wrappers(str(ans))
+    s = _strip_wrappers(str(ans)).replace("−", "-")  # the Unicode minus models sometimes write
     s = _unwrap_text(s)
     s = s.replace("\\$", "")
     s = _UNESCAPED_DOLLAR.sub("", s)
