@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test test-fast bench
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# the edit-test loop: everything but the tests marked slow (real processes, whole runs)
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
 	$(VENV)/bin/specscale bench engine --json

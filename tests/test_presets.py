@@ -104,7 +104,8 @@ def test_every_field_has_a_flag_that_overrides_it(any_device):
             "-n", "6", "-m", "3", "--temperature", "0.5", "--top-p", "0.9", "--max-steps", "5",
             "--step-delimiter", "\\t", "--max-step-tokens", "33", "--max-tokens", "300", "--aggregation", "min",
             "--seed", "7", "--system-prompt", "", "--no-ep", "--no-cd", "--perfect-score", "2",
-            "--no-lv", "--lv-threshold", "100", "--lv-max-deferrals", "2"]
+            "--no-lv", "--lv-threshold", "100", "--lv-max-deferrals", "2", "--strategy", "dvts",
+            "--select", "majority"]
     models, search = settings_for(*args)
     assert models == {"generator": "gen-x", "prm": "prm-y", "scorer": "lm-judge", "dtype": "bfloat16",
                       "device": "cuda", "block_size": 8, "gen_kv_bytes": GIB // 2, "prm_kv_bytes": GIB // 4,
@@ -114,7 +115,7 @@ def test_every_field_has_a_flag_that_overrides_it(any_device):
                       "step_delimiter": "\t", "max_step_tokens": 33, "max_tokens": 300, "aggregation": "min",
                       "seed": 7, "system_prompt": "", "early_pruning": False, "dedup": False,
                       "perfect_score": None, "lazy_verification": False, "lv_threshold": 100,
-                      "lv_max_deferrals": 2}
+                      "lv_max_deferrals": 2, "strategy": "dvts", "select": "majority"}
     # every field moved away from what the preset resolves to, so no field is out of the flags' reach
     base_models, base_search = read_preset("smollm2-cpu").resolve()
     assert all(models[k] != v for k, v in dataclasses.asdict(base_models).items())
