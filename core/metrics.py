@@ -198,8 +198,12 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
 def final_summary(snap: dict, config: dict, ndigits: int = 4) -> dict:
     """``OUT/summary.json`` content: the cumulative fields of ``snap`` plus ``config``.
 
-    Floats are rounded to ``ndigits`` decimals; the moment-only fields (:data:`LIVE_ONLY`) are left out.
+    Floats are rounded to ``ndigits`` decimals; the moment-only fields (:data:`LIVE_ONLY`) are left out,
+    also from the rows of a scaled-out run's ``replicas`` table.
     """
     out = {k: (round(v, ndigits) if isinstance(v, float) else v) for k, v in snap.items() if k not in LIVE_ONLY}
+    if "replicas" in snap:  # a scaled-out run's per-replica table (core.distributed.figures)
+        out["replicas"] = [{k: (round(v, ndigits) if isinstance(v, float) else v) for k, v in row.items()
+                            if k not in LIVE_ONLY and k != "in_flight"} for row in snap["replicas"]]
     out["config"] = config
     return out

@@ -112,6 +112,7 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
         ("accuracy", _accuracy(snap)),
         ("errors", Text(str(snap["errors"]), style="bold red" if snap["errors"] else "")),
     ]
+    rows += _replica_rows(snap.get("replicas"))
     body = Text(no_wrap=True, overflow="ellipsis")
     for i, (label, value) in enumerate(rows):
         body.append(f"{label:<11}", style="bold cyan")
@@ -119,6 +120,36 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
         if i < len(rows) - 1:
             body.append("\n")
     return Panel(body, title=title, title_align="left", border_style="blue", width=width)
+
+
+# replica rows on the panel; the rest are summed up in one row, so the panel fits a screen
+MAX_REPLICA_ROWS = 8
+
+
+def _replica_text(row: dict) -> str:
+    """One replica's figures: problems, tok/s, KV use, where it runs."""
+    if row["status"] != "running" and row["problems_answered"] is None:
+        return f"{row['status']}"
+    where = f"pid {row['pid']} on {row['node']}" if row.get("pid") else ""
+    kv = (f"KV {_int(row['kv_blocks_used'])}/{_int(row['kv_blocks_total'])} · PRM KV "
+          f"{_int(row['prm_kv_blocks_used'])}/{_int(row['prm_kv_blocks_total'])}")
+    lost = "LOST · " if row["status"] == "lost" else ""
+    return (f"{lost}{_int(row['problems_answered'])} answered · {row['in_flight']} in flight · "
+            f"{_rate(row['tokens_per_s'])} tok/s · {kv} · {where}")
+
+
+def _replica_rows(rows: list[dict] | None) -> list[tuple[str, Text]]:
+    """Panel rows of a scaled-out run (none for a one-process run)."""
+    if not rows:
+        return []
+    out = [(f"replica {r['replica']}", Text(_replica_text(r), style="red" if r["status"] == "lost" else ""))
+           for r in rows[:MAX_REPLICA_ROWS]]
+    rest = rows[MAX_REPLICA_ROWS:]
+    if rest:
+        out.append(("replicas", Text(f"{len(rest)} more: {sum(r['problems_answered'] or 0 for r in rest)} answered, "
+                                     f"{sum(r['in_flight'] for r in rest)} in flight, "
+                                     f"{sum(1 for r in rest if r['status'] == 'lost')} lost")))
+    return out
 
 
 def log_line(snap: dict) -> str:
@@ -134,7 +165,8 @@ def log_line(snap: dict) -> str:
             f"{snap['queue_tokens']} tok | PRM calls {snap['prm_calls']} "
             f"({_triggers(snap['flushes_by_trigger'], ', ')}) | EP pruned {snap['pruned_ep']} | "
             f"CD saved {snap['cd_saved_tokens']} tok | gen {snap['generation_s']:.1f}s "
-            f"PRM {snap['verification_s']:.1f}s | acc {acc}")
+            f"PRM {snap['verification_s']:.1f}s | acc {acc}"
+            + "".join(f" | replica {r['replica']}: {_replica_text(r)}" for r in snap.get("replicas") or []))
 
 
 def summary_table(summary: dict) -> Table:
@@ -163,6 +195,12 @@ def summary_table(summary: dict) -> Table:
     table.add_row("peak KV", f"generator {_int(s['kv_blocks_peak'])}/{_int(s['kv_blocks_total'])} blocks, "
                              f"PRM {_int(s['prm_kv_blocks_peak'])}/{_int(s['prm_kv_blocks_total'])}; "
                              f"{_n(s['preemptions'], 'preemption')} (PRM {s['prm_preemptions']})")
+    for r in s.get("replicas") or []:
+        where = f", pid {r['pid']} on {r['node']}" if r.get("pid") else ""
+        table.add_row(f"replica {r['replica']}",
+                      f"{'lost; ' if r['status'] == 'lost' else ''}{_int(r['problems_answered'])} answered, "
+                      f"{_int(r['generated_tokens'])} tokens ({_rate(r['tokens_per_s'])} tok/s), peak KV "
+                      f"{_int(r['kv_blocks_peak'])}/{_int(r['kv_blocks_total'])}{where}")
     return table
 
 
@@ -199,6 +237,7 @@ class Dashboard:
         self._stop = threading.Event()
         self._stats = None
         self._runtime = None
+        self._pool = None  # a scaled-out run's core.distributed.pool.ReplicaPool, instead of stats/runtime
         # (snapshot, perf_counter time it was taken); replaced whole, so the drawing thread never
         # sees a half-updated one
         self._snap: tuple[dict, float] | None = None
@@ -233,6 +272,17 @@ class Dashboard:
         self._stats, self._runtime = stats, runtime
         self._take_snapshot()
 
+    def attach_pool(self, pool) -> None:
+        """Start showing a scaled-out run: its :class:`core.distributed.pool.ReplicaPool` gives the
+        figures (the replicas' summed up, and one row per replica)."""
+        self._pool = pool
+        self._take_snapshot()
+
+    def poll(self) -> None:
+        """Called often by a scaled-out run's main loop; takes a snapshot at most every ``refresh_s``."""
+        if time.perf_counter() >= self._next_sample:
+            self._take_snapshot()
+
     def advance(self, counts: dict) -> None:
         """A problem finished (answer or error record): ``counts`` as in :func:`core.metrics.snapshot`."""
         self.counts = dict(counts)
@@ -251,14 +301,21 @@ class Dashboard:
     def final_summary(self, config: dict) -> dict | None:
         """``OUT/summary.json`` content for the run so far (see :func:`core.metrics.final_summary`);
         None when no run was attached."""
+        if self._pool is not None:
+            return final_summary(self._pool.snapshot(self.counts, self.total, self.rate.rate()), config)
         if self._stats is None:
             return None
         return final_summary(self.snapshot(self._stats, self._runtime), config)
 
     def _take_snapshot(self) -> None:
+        now = time.perf_counter()
+        if self._pool is not None:
+            self._next_sample = now + self.refresh_s
+            self.rate.add(now, self._pool.generated_tokens)
+            self._snap = (self._pool.snapshot(self.counts, self.total, self.rate.rate()), now)
+            return
         if self._stats is None:
             return
-        now = time.perf_counter()
         self._next_sample = now + self.refresh_s
         self.rate.add(now, self._stats.generated_tokens)
         self._snap = (self.snapshot(self._stats, self._runtime), now)

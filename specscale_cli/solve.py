@@ -8,15 +8,19 @@ A run ends in one of these ways, each with ``summary.json`` written for what was
 
 - 0 every problem got an answer record; 1 some became error records;
 - 3 the output folder could not be written (disk full, I/O error): what was written is complete;
-- 130 / 143 Ctrl-C / SIGTERM: no more problems admitted, problems in flight dropped.
-Exit 3, 130 and 143 print the command that resumes the run.
+- 130 / 143 Ctrl-C / SIGTERM: no more problems admitted, problems in flight dropped;
+- 4 (``--workers`` > 1) every replica was lost (its process killed, its node gone).
+Exit 3, 4, 130 and 143 print the command that resumes the run.
+
+With ``--workers K`` > 1 the search runs on K replicas, Ray actors (core/distributed); this process
+still alone reads the input and writes OUT, so all of the above holds unchanged.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
-import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -27,7 +31,7 @@ from .options import build_settings, model_and_search_options
 from .run_dir import rerun_command, run_config
 from .signals import Interrupted, StopSignals
 
-EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
+EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED, EXIT_REPLICAS_LOST = 0, 1, 2, 3, 4
 
 
 @click.command()
@@ -48,23 +52,31 @@ EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED = 0, 1, 2, 3
 @click.option("--force", is_flag=True,
               help="With --resume: resume even when OUT/run.json is unreadable or records other settings "
                    "(run.json is rewritten from this run's settings).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Engine replicas, each a Ray actor with its own models (needs specscale[ray]): one GPU each "
+                   "with --device cuda, else a share of the CPU cores. 1 runs in this process.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="With --workers > 1: join the Ray cluster at ADDR ('auto', host:port, ray://...) instead of "
+                   "starting one on this machine.")
 @input_options
 @model_and_search_options
 def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_progress, overwrite, resume, force,
-          dataset, dataset_config, split, shuffle, problem_field, answer_field, id_field, **opts):
+          workers, ray_address, dataset, dataset_config, split, shuffle, problem_field, answer_field, id_field,
+          **opts):
     """Solve every problem in PROBLEMS (JSONL with id/problem/answer fields; '-' reads stdin) or --dataset.
 
     Writes OUT/answers.jsonl (one record per problem, as soon as it finishes) and
     OUT/traces/<id>.json (the whole search tree); at the end OUT/summary.json (run totals and the
     config used). A live dashboard shows progress on a terminal. Exit code 0 when every problem got
     an answer record, 1 when some became error records, 2 for usage errors, 3 when OUT cannot be
-    written during the run (disk full), 130/143 when stopped by Ctrl-C/SIGTERM (rerun with --resume
-    to go on).
+    written during the run (disk full), 4 when every replica of a --workers run was lost, 130/143
+    when stopped by Ctrl-C/SIGTERM (rerun with --resume to go on).
     """
     from core.io.output_folder import OutputFolderError, prepare_output
     from core.models.specs import ModelSpecError, check_model_spec
 
     settings, search_cfg, policy = build_settings(opts)
+    _check_workers(workers, ray_address)
     problem_input = open_input(problems, dataset, dataset_config, split, shuffle, search_cfg.seed, limit,
                                problem_field, answer_field, id_field)
     try:
@@ -78,24 +90,36 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_pro
     command = rerun_command(ctx, out, extra=())
     run_cfg = run_config(settings, search_cfg, policy, problem_input.config,
                          {"problems": problem_input.source, "limit": limit, "max_concurrent": max_concurrent,
-                          "traces": traces, "command": command})
+                          "traces": traces, "workers": workers, "ray_address": ray_address, "command": command})
     try:
         prepared = prepare_output(out, run_cfg, overwrite=overwrite, resume=resume, force=force, traces=traces,
                                   command=command)
     except OutputFolderError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
-        with StopSignals() as signals:
+        # cleanup: a --workers run's Ray session and replicas, stopped before the lock is let go
+        with StopSignals() as signals, ExitStack() as cleanup:
             code = _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, max_concurrent, traces,
-                        not (no_dashboard or no_progress), signals)
+                        not (no_dashboard or no_progress), signals, workers, ray_address, cleanup)
     finally:
         prepared.close()
     sys.exit(code)
 
 
+def _check_workers(workers: int, ray_address: str | None) -> None:
+    """Usage errors of --workers/--ray-address, found without importing Ray."""
+    from core.distributed import RAY_INSTALL_HINT, ray_missing
+
+    if ray_address is not None and workers == 1:
+        raise click.UsageError("--ray-address needs --workers 2 or more (--workers 1 runs in this process)")
+    if workers > 1 and ray_missing():
+        raise click.UsageError(f"--workers {workers} runs replicas on Ray, which is not installed: {RAY_INSTALL_HINT}")
+
+
 def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, max_concurrent, traces, dashboard_on,
-         signals) -> int:
+         signals, workers=1, ray_address=None, cleanup=None) -> int:
     """Everything after the checks: load, write run.json, search, summarise. Returns the exit code."""
+    from core.distributed import ReplicasLost
     from core.io.durable import OutputWriteError
     from core.io.resume import RUN_FILENAME, SkipCounts, skip_done, write_run_config
     from core.io.writers import ANSWERS_FILENAME, SUMMARY_FILENAME
@@ -121,9 +145,18 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
             click.echo(f"resume: nothing to do: every problem of {source} has a record", err=True)
             return EXIT_SOME_ERRORS if done.errors else EXIT_OK
 
-    click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)...", err=True)
+    click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)"
+               + (f" in {workers} replicas" if workers > 1 else "") + "...", err=True)
+    runtime = pool = None
     try:
-        runtime = _load(settings)
+        if workers > 1:
+            pool = _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurrent, traces, source,
+                               cleanup)
+            first = pool.infos[pool.live[0]]
+            max_len, prm_max_len = first["max_model_len"], first["prm_max_model_len"]
+        else:
+            runtime = _load(settings)
+            max_len, prm_max_len = runtime.engine.max_model_len, runtime.verifier.engine.max_model_len
     except click.UsageError:
         prepared.discard()  # a run that never started leaves no empty folder behind
         raise
@@ -131,8 +164,12 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
         prepared.discard()
         click.echo(f"{stop.name} while loading models; nothing was solved", err=True)
         return stop.exit_code
-    run_cfg["models"]["max_model_len"] = runtime.engine.max_model_len
-    run_cfg["info"]["prm_max_model_len"] = runtime.verifier.engine.max_model_len
+    except ReplicasLost as exc:
+        prepared.discard()
+        click.echo(f"error: {exc}; nothing was solved", err=True)
+        return EXIT_REPLICAS_LOST
+    run_cfg["models"]["max_model_len"] = max_len
+    run_cfg["info"]["prm_max_model_len"] = prm_max_len
     try:
         # written once the models load, so a run that never started leaves no settings to compare
         write_run_config(out, run_cfg)
@@ -150,14 +187,17 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
                           title=f"specscale solve · {source} · {policy}")
     stopped: Interrupted | None = None
     write_error: OutputWriteError | None = None
+    lost: Exception | None = None
     with dashboard as progress:
         try:
-            _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here, progress,
-                    signals)
+            _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here,
+                    progress, signals)
         except Interrupted as stop:
             stopped = stop
         except OutputWriteError as exc:
             write_error = exc
+        except ReplicasLost as exc:
+            lost = exc
     # the config part is run.json's content: the settings that decided the answers, as used
     summary = dashboard.final_summary(run_cfg)
     if summary is not None and write_error is None:
@@ -178,6 +218,10 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
         click.echo(f"error: {write_error}; {written} and complete. Free space in {out}, then go on with: "
                    f"{rerun_command(ctx, out)}", err=True)
         return EXIT_WRITE_FAILED
+    if lost is not None:
+        click.echo(f"error: {lost}; {written}; summary -> {out / SUMMARY_FILENAME}. To go on: "
+                   f"{rerun_command(ctx, out)}", err=True)
+        return EXIT_REPLICAS_LOST
     if stopped is not None:
         hint = rerun_command(ctx, out)
         if source == "<stdin>":
@@ -202,64 +246,73 @@ def _load(settings):
         raise click.UsageError(str(exc)) from exc
 
 
-def _search(runtime, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here, progress,
+def _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurrent, traces, source, cleanup):
+    """Connect to Ray and start ``workers`` replicas (their stop is registered on ``cleanup``);
+    a model that cannot be loaded, too few GPUs or an unreachable cluster is a usage error."""
+    from core.distributed.pool import RaySession, ReplicaPool
+
+    try:
+        session = cleanup.enter_context(RaySession(ray_address, settings.device))
+    except Exception as exc:  # noqa: BLE001 - Ray raises several kinds for a cluster it cannot reach
+        where = f"the Ray cluster at {ray_address}" if ray_address else "a local Ray cluster"
+        raise click.UsageError(f"cannot start or join {where}: {str(exc).strip().splitlines()[0]}") from exc
+    pool = ReplicaPool(session, settings, search_cfg, policy, workers, max_concurrent, traces=traces, source=source,
+                       log=lambda line: click.echo(f"note: {line}", err=True))
+    cleanup.callback(pool.close)
+    try:
+        infos = pool.start()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    ready = ", ".join(f"replica {i['replica']} pid {i['pid']} on {i['node']} ({i['device']}"
+                      + (f", {i['threads']} thread{'s' if i['threads'] != 1 else ''}" if i.get("threads") else "")
+                      + ")" for i in infos if i["status"] == "running")
+    click.echo(f"{len(pool.live)} replicas ready: {ready}", err=True)
+    return pool
+
+
+def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here, progress,
             signals):
-    """Run the driver over ``stream``, writing each record as its problem finishes; returns RunStats."""
-    from core.grading.equivalence import answers_equivalent, grade
+    """Search ``stream`` in this process (``runtime``) or on the replicas of ``pool``, writing each
+    record as its problem finishes."""
     from core.io.writers import AnswerWriter, write_trace
-    from core.search.config import PICK_FIELDS
-    from core.search.driver import SearchDriver
+    from core.search.records import answer_record, count_record, error_record, problem_trace
 
     with AnswerWriter(out) as writer:
 
-        def on_result(problem, result, search):
-            gold = problem.answer
-            record = {"id": problem.id, "gold": gold, "pred": result["pred"]}
-            if gold is not None:
-                # the problem statement tells a unit from a variable (gold 6m must not accept 6)
-                graded = grade(result["pred"], gold, problem.problem)
-                record["correct"], record["gold_parsed"] = graded.correct, graded.gold_parsed
-                verdicts = {result["pred"]: graded.correct}  # selections often agree: grade each answer once
-                for rule, field in PICK_FIELDS.items():
-                    pick = result[field]
-                    if pick not in verdicts:
-                        verdicts[pick] = answers_equivalent(pick, gold, problem.problem)
-                    record[f"correct_{rule}"] = verdicts[pick]
-            record.update(result)
-            record["policy"] = search.policy.name
-            record["time_s"] = round(time.perf_counter() - search.tree.t0, 3)
-            trace = None
-            if traces:
-                trace = search.tree.to_dict()
-                trace["policy"] = search.policy.name
+        def write_answer(record, trace):
             # one problem's files are written whole: a stop signal waits for the end of this block
             with signals.critical():
                 if trace is not None:
-                    write_trace(out, problem.id, trace)
+                    write_trace(out, record["id"], trace)
                 # the answer line comes last: once it is on disk the problem is done, trace included
                 # (--resume skips it); a run stopped before it leaves a trace that the rerun replaces
                 writer.write(record)
-                counts["done"] += 1
+                count_record(counts, record)
                 here["done"] += 1
-                if gold is not None:
-                    counts["graded"] += 1
-                    counts["correct"] += int(record["correct"])
-                    for rule in PICK_FIELDS:
-                        counts[f"correct_{rule}"] += int(record[f"correct_{rule}"])
             progress.advance(counts)
 
-        def on_error(err):
+        def write_error(record):
             with signals.critical():
-                writer.write({"id": err.id, "line": err.line, "error": {"field": err.field, "message": err.message,
-                                                                        "where": err.describe()}})
+                writer.write(record)
                 counts["errors"] += 1
                 here["errors"] += 1
-            click.echo(f"error: {err.describe()}", err=True)
+            click.echo(f"error: {record['error']['where']}", err=True)
             progress.advance(counts)
+
+        if pool is not None:
+            progress.attach_pool(pool)
+            pool.run(stream, write_answer, write_error, on_poll=progress.poll)
+            return None
+
+        def on_result(problem, result, search):
+            write_answer(answer_record(problem, result, search), problem_trace(search) if traces else None)
+
+        from core.search.driver import SearchDriver
 
         driver = SearchDriver(runtime.engine, runtime.generator.tokenizer, runtime.generator.eos_token_ids,
                               runtime.verifier, runtime.scorer, search_cfg, policy=policy,
-                              max_concurrent=max_concurrent, on_result=on_result, on_error=on_error, source=source,
+                              max_concurrent=max_concurrent, on_result=on_result,
+                              on_error=lambda err: write_error(error_record(err)), source=source,
                               on_iteration=lambda stats: progress.update(stats, runtime))
         progress.attach(driver.stats, runtime)
         return driver.run(stream)

@@ -28,6 +28,18 @@ from .config import SearchConfig
 from .policy import policy_for
 
 
+# A stream may yield this for "no problem to hand out yet": a replica whose work comes from the run's
+# driver process (core/distributed) goes on with the problems it has instead of blocking its engine
+# until the next one arrives. When no problem is in flight the stream should wait a little before
+# yielding it again, or the loop spins.
+class _NotYet:
+    def __repr__(self) -> str:
+        return "NOT_YET"
+
+
+NOT_YET = _NotYet()
+
+
 class SearchStalled(RuntimeError):
     """Problems are in flight but neither the engine nor the verifier has work for them (a policy
     bug, never bad input); the message names the stuck problems and their candidates."""
@@ -215,7 +227,8 @@ class SearchDriver:
         """Search every problem; returns the run's counters.
 
         Args:
-            problems: the input stream.
+            problems: the input stream; it may yield :data:`NOT_YET` when no problem is available
+                yet (the loop goes on with the problems in flight and asks again next iteration).
             arrivals: optional arrival time of each item, in seconds after the call (non-decreasing):
                 an item is not admitted before it arrives (Poisson-arrival benchmarks, paper §5.3).
 
@@ -236,6 +249,8 @@ class SearchDriver:
                     if wait > 0:
                         time.sleep(wait)  # nothing to run: idle until the next arrival
                 item = next(it, None)
+                if item is NOT_YET:
+                    break
                 pulled += 1
                 if item is None:
                     exhausted = True

@@ -1,0 +1,70 @@
+"""The lines `solve` writes for a problem: its answer record (graded) and trace, or an error record.
+
+Built wherever the search ran: in the `solve` process itself, or in a replica of a scaled-out run
+(core/distributed), which sends the finished record and trace to the run's driver process. Grading
+happens here too, so its time limit holds in whichever process searched the problem.
+"""
+
+from __future__ import annotations
+
+import time
+
+from core.io.problems import Problem, ProblemError
+
+from .config import PICK_FIELDS
+
+
+def answer_record(problem: Problem, result: dict, search) -> dict:
+    """The answer record of a finished problem.
+
+    Args:
+        problem: the problem as read from the input.
+        result: ``search.result()`` (see :meth:`core.search.beam_search.BeamSearch.result`).
+        search: the finished :class:`~core.search.beam_search.BeamSearch` (its policy name and start time).
+
+    Returns:
+        ``id``, ``gold``, ``pred``; with a gold answer ``correct``, ``gold_parsed`` and one
+        ``correct_<rule>`` per selection rule; then every field of ``result``, ``policy`` and
+        ``time_s`` (seconds from admission to now, on this process's clock).
+    """
+    from core.grading.equivalence import answers_equivalent, grade
+
+    gold = problem.answer
+    record = {"id": problem.id, "gold": gold, "pred": result["pred"]}
+    if gold is not None:
+        # the problem statement tells a unit from a variable (gold 6m must not accept 6)
+        graded = grade(result["pred"], gold, problem.problem)
+        record["correct"], record["gold_parsed"] = graded.correct, graded.gold_parsed
+        verdicts = {result["pred"]: graded.correct}  # selections often agree: grade each answer once
+        for rule, field in PICK_FIELDS.items():
+            pick = result[field]
+            if pick not in verdicts:
+                verdicts[pick] = answers_equivalent(pick, gold, problem.problem)
+            record[f"correct_{rule}"] = verdicts[pick]
+    record.update(result)
+    record["policy"] = search.policy.name
+    record["time_s"] = round(time.perf_counter() - search.tree.t0, 3)
+    return record
+
+
+def problem_trace(search) -> dict:
+    """The search tree of a finished problem as written to ``OUT/traces/`` (with its policy)."""
+    trace = search.tree.to_dict()
+    trace["policy"] = search.policy.name
+    return trace
+
+
+def error_record(err: ProblemError) -> dict:
+    """The record written for an input item that could not be searched."""
+    return {"id": err.id, "line": err.line, "error": {"field": err.field, "message": err.message,
+                                                      "where": err.describe()}}
+
+
+def count_record(counts: dict, record: dict) -> None:
+    """Add one answer record to a run's counts (``done``, ``graded``, ``correct``, ``correct_<rule>``)."""
+    counts["done"] += 1
+    if record.get("gold") is not None:
+        counts["graded"] += 1
+        counts["correct"] += int(record["correct"])
+        for rule in PICK_FIELDS:
+            counts[f"correct_{rule}"] += int(record[f"correct_{rule}"])
