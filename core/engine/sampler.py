@@ -42,7 +42,7 @@ TOP_P_TOLERANCE = 1e-6
 
 
 def nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The top-p nucleus of one distribution: the smallest set of most likely tokens whose mass reaches ``top_p``.
+    """The top-p nucleus of each distribution: the smallest set of most likely tokens whose mass reaches ``top_p``.
 
     Token k of the descending order is kept iff the mass of the tokens before it is below ``top_p``
     (less :data:`TOP_P_TOLERANCE`); the first token is always kept. The mass before a token is an
@@ -51,19 +51,19 @@ def nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tens
     time that way).
 
     Args:
-        probs: float ``[V]`` probabilities (summing to ~1).
+        probs: float ``[V]`` or ``[R, V]`` probabilities (each row summing to ~1).
         top_p: nucleus mass in (0, 1].
 
     Returns:
-        ``(kept, order)``: ``kept`` float ``[V]``, the probabilities in descending order with those
-        outside the nucleus set to 0 (not renormalised); ``order`` int64 ``[V]``, the vocabulary id
+        ``(kept, order)``, shaped like ``probs``: ``kept`` float, the probabilities in descending order
+        with those outside the nucleus set to 0 (not renormalised); ``order`` int64, the vocabulary id
         of each position. Ties keep vocabulary order (stable sort), so the nucleus is deterministic.
     """
-    sorted_probs, order = torch.sort(probs, descending=True, stable=True)
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
     mass = torch.cumsum(sorted_probs.double(), dim=-1)
-    before = torch.cat([mass.new_zeros(1), mass[:-1]])
-    keep = before < top_p * mass[-1] - TOP_P_TOLERANCE
-    keep[0] = True
+    before = torch.cat([mass.new_zeros(mass.shape[:-1] + (1,)), mass[..., :-1]], dim=-1)
+    keep = before < top_p * mass[..., -1:] - TOP_P_TOLERANCE
+    keep[..., 0] = True
     return torch.where(keep, sorted_probs, torch.zeros_like(sorted_probs)), order
 
 
@@ -77,7 +77,14 @@ class RowRequest:
 
 
 def sample(logits: torch.Tensor, rows: list[RowRequest]) -> list[list[int]]:
-    """Draw tokens for every row.
+    """Draw tokens for every row, reading the drawn ids back with one device-to-host copy.
+
+    Rows of one ``(temperature, top_p)`` are drawn together: softmax of ``logits / temperature``,
+    the top-p nucleus (:func:`nucleus`), the float64 running sum of the kept mass, and for each draw
+    ``(seed, pos)`` the first token whose running sum exceeds ``uniform(seed, pos)`` times the kept
+    mass (inverse CDF). Every operation works row by row, so a row's tokens are the same whatever
+    rows share its call. The draws of all rows land in one ``[R, max draws]`` tensor that is read
+    once (``tolist``), not one ``.item()`` per row: on a GPU each read waits for the device.
 
     Args:
         logits: float ``[R, V]`` (any float dtype; computed in float32).
@@ -90,20 +97,27 @@ def sample(logits: torch.Tensor, rows: list[RowRequest]) -> list[list[int]]:
     if not rows:
         return out
     logits = logits.float()
-    greedy = logits.argmax(dim=-1).tolist()
+    device = logits.device
+    width = max(len(req.draws) for req in rows)
+    drawn = logits.argmax(dim=-1, keepdim=True).expand(len(rows), width).clone()  # greedy rows keep these
+    by_setting: dict[tuple[float, float], list[int]] = {}
     for r, req in enumerate(rows):
-        if req.temperature == 0:
-            out.append([greedy[r]] * len(req.draws))
-            continue
-        probs = torch.softmax(logits[r] / req.temperature, dim=-1)
+        if req.temperature != 0 and req.draws:
+            by_setting.setdefault((req.temperature, req.top_p), []).append(r)
+    for (temperature, top_p), members in by_setting.items():
+        index = torch.tensor(members, dtype=torch.long).to(device, non_blocking=True)
+        probs = torch.softmax(logits.index_select(0, index) / temperature, dim=-1)
         order = None
-        if req.top_p < 1.0:
-            probs, order = nucleus(probs, req.top_p)
+        if top_p < 1.0:
+            probs, order = nucleus(probs, top_p)
         cdf = torch.cumsum(probs.double(), dim=-1)
-        total = cdf[-1].item()
-        u = torch.tensor([uniform(seed, pos) * total for seed, pos in req.draws], dtype=torch.float64)
-        idx = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.numel() - 1)
+        # padding draws (rows with fewer draws than the widest) look up 0 and are dropped below
+        uniforms = [[uniform(seed, pos) for seed, pos in rows[r].draws] + [0.0] * (width - len(rows[r].draws))
+                    for r in members]
+        u = torch.tensor(uniforms, dtype=torch.float64).to(device, non_blocking=True) * cdf[:, -1:]
+        idx = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1)
         if order is not None:
-            idx = order[idx]
-        out.append(idx.tolist())
-    return out
+            idx = order.gather(1, idx)
+        drawn.index_copy_(0, index, idx)
+    host = drawn.tolist()  # the step's one device-to-host read of sampled ids
+    return [host[r][:len(req.draws)] for r, req in enumerate(rows)]
