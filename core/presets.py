@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.search.config import SearchConfig
-from core.settings import DTYPE_NAMES, GIB, SCORER_NAMES, ModelSettings
+from core.settings import ATTENTION_BACKENDS, DTYPE_NAMES, GIB, SCORER_NAMES, ModelSettings
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 DEFAULT_PRESET = "smollm2-cpu"
@@ -139,6 +139,9 @@ def model_settings_problems(models: dict) -> list[tuple[str, str]]:
     problems = []
     if "scorer" in models and models["scorer"] not in SCORER_NAMES:
         problems.append(("scorer", f"unknown scorer '{models['scorer']}'; choose one of {', '.join(SCORER_NAMES)}"))
+    if "attention_backend" in models and models["attention_backend"] not in ATTENTION_BACKENDS:
+        problems.append(("attention_backend", f"unknown attention backend '{models['attention_backend']}'; choose one "
+                                              f"of {', '.join(ATTENTION_BACKENDS)}"))
     if models.get("dtype") not in (None, "auto", *DTYPE_NAMES):
         problems.append(("dtype", f"unknown dtype '{models['dtype']}'; choose one of auto, {', '.join(DTYPE_NAMES)}"))
     if "device" in models and not _DEVICE.match(models["device"]):

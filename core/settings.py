@@ -7,6 +7,7 @@ usage error costs well under a second; everything here therefore imports only th
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 # Names of the scorers :data:`core.solver.SCORERS` maps to classes, with the one-line description
@@ -30,6 +31,60 @@ POLICY_NAMES = tuple(POLICY_DESCRIPTIONS)
 # dtype names the loader accepts (core.models.loader.DTYPES maps them to torch dtypes)
 DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 GIB = 1 << 30
+# Attention backends of the paged engine (core.engine.backends) and what each is, in one line.
+ATTENTION_BACKEND_DESCRIPTIONS = {
+    "auto": "flashinfer on a CUDA device when the flashinfer package is importable, torch otherwise",
+    "torch": "SDPA over gathered KV blocks, rows grouped by shared blocks (the reference; CPU and CUDA)",
+    "flashinfer": "FlashInfer paged kernels with cascade attention over shared prefixes (CUDA, fp16/bf16; "
+                  "pip install 'specscale[cuda]')",
+}
+ATTENTION_BACKENDS = tuple(ATTENTION_BACKEND_DESCRIPTIONS)
+# dtypes FlashInfer's attention kernels take (its wrappers' q_data_type/kv_data_type: fp16, bf16)
+FLASHINFER_DTYPES = ("bfloat16", "bf16", "float16", "fp16")
+
+
+def attention_backend_problem(backend: str, device: str, dtype: str | None = None,
+                              flashinfer_installed: bool | None = None) -> str | None:
+    """Why ``backend`` cannot run on ``device`` with ``dtype`` (one line), or None when it can.
+
+    Decided from the names alone, without importing torch or flashinfer, so a usage error costs no
+    model loading: ``flashinfer`` needs a CUDA device, a fp16/bf16 dtype (None is the device default,
+    bf16 on CUDA) and the ``flashinfer`` package (``importlib.util.find_spec``; pass
+    ``flashinfer_installed`` to decide without looking). ``auto`` and ``torch`` run anywhere.
+    """
+    if backend not in ATTENTION_BACKENDS:
+        return f"unknown attention backend '{backend}'; choose one of {', '.join(ATTENTION_BACKENDS)}"
+    if backend != "flashinfer":
+        return None
+    if not str(device).startswith("cuda"):
+        return (f"the flashinfer attention backend needs a CUDA device (--device cuda[:i]); this run uses "
+                f"--device {device} (use --attention-backend torch or auto)")
+    if dtype not in (None, "auto", *FLASHINFER_DTYPES):
+        return f"the flashinfer attention backend takes bfloat16 or float16 weights, not {dtype}"
+    if flashinfer_installed is None:
+        flashinfer_installed = importlib.util.find_spec("flashinfer") is not None
+    if not flashinfer_installed:
+        return "the flashinfer package is not installed: pip install 'specscale[cuda]' (flashinfer-python)"
+    return None
+
+
+def resolve_attention_backend(backend: str, device: str, dtype_name: str | None = None,
+                              flashinfer_installed: bool | None = None) -> str:
+    """The backend a run uses: ``torch`` or ``flashinfer`` (``auto`` decided here).
+
+    ``auto`` is ``flashinfer`` on a CUDA device with a fp16/bf16 dtype when the package is
+    importable, ``torch`` otherwise (CPU, float32, or no flashinfer).
+
+    Raises:
+        ValueError: :func:`attention_backend_problem` names a problem.
+    """
+    if backend == "auto":
+        fits = attention_backend_problem("flashinfer", device, dtype_name, flashinfer_installed) is None
+        return "flashinfer" if fits else "torch"
+    problem = attention_backend_problem(backend, device, dtype_name, flashinfer_installed)
+    if problem:
+        raise ValueError(problem)
+    return backend
 
 
 @dataclass
@@ -41,6 +96,8 @@ class ModelSettings:
     gen_kv_bytes/prm_kv_bytes: KV pool sizes in bytes, allocated up front; None (the default) sizes
         them to the work: on CPU pools that grow on demand up to a share of the machine's memory,
         on CUDA a share of the device memory left free by the weights (see :mod:`core.solver`).
+    attention_backend: ``auto``, ``torch`` or ``flashinfer`` (:data:`ATTENTION_BACKENDS`).
+    enforce_eager: no CUDA graphs for decode steps (they are used with the flashinfer backend on CUDA).
     """
 
     generator: str = "smollm2-135m-instruct"
@@ -55,3 +112,5 @@ class ModelSettings:
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = 4096
     enable_prefix_caching: bool = True
+    attention_backend: str = "auto"
+    enforce_eager: bool = False

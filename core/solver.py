@@ -145,7 +145,8 @@ def build_engine(loaded: LoadedModel, settings: ModelSettings, kv_bytes: int | K
     cfg = EngineConfig(block_size=settings.block_size, kv_cache_bytes=nbytes, kv_grow=pool.grow,
                        kv_cache_share=pool.cache_share, max_num_seqs=settings.max_num_seqs,
                        max_num_batched_tokens=settings.max_num_batched_tokens, max_model_len=max_len,
-                       enable_prefix_caching=settings.enable_prefix_caching)
+                       enable_prefix_caching=settings.enable_prefix_caching,
+                       attention_backend=settings.attention_backend, enforce_eager=settings.enforce_eager)
     return GenerationEngine(loaded.model, cfg, loaded.tokenizer)
 
 

@@ -10,7 +10,8 @@ import click
 
 from core.search.config import SELECTIONS, STRATEGIES
 from core.settings import GIB as _GIB
-from core.settings import POLICY_DESCRIPTIONS, POLICY_NAMES, SCORER_DESCRIPTIONS, SCORER_NAMES
+from core.settings import (ATTENTION_BACKEND_DESCRIPTIONS, ATTENTION_BACKENDS, POLICY_DESCRIPTIONS, POLICY_NAMES,
+                           SCORER_DESCRIPTIONS, SCORER_NAMES)
 
 _KV_HELP = ("{} KV pool: this many GiB allocated up front. Default: sized to the work (on CPU the pool grows "
             "on demand up to a share of the machine's memory; on CUDA a share of the free device memory).")
@@ -27,7 +28,11 @@ _MODEL_OPTIONS = [
     (("--max-num-batched-tokens",), "max_num_batched_tokens", click.IntRange(min=1), "Engine: tokens per step."),
     (("--max-model-len",), "max_model_len", click.IntRange(min=2), "Engine: context limit in tokens."),
     (("--block-size",), "block_size", click.IntRange(min=1), "Engine: tokens per KV block."),
+    (("--attention-backend",), "attention_backend", click.Choice(ATTENTION_BACKENDS),
+     "Engine: attention kernels. " + "; ".join(f"{k}: {v}" for k, v in ATTENTION_BACKEND_DESCRIPTIONS.items()) + "."),
 ]
+_ENFORCE_EAGER_HELP = ("Engine: no CUDA graphs; decode steps run eagerly (graphs are used with the flashinfer "
+                       "backend on CUDA).")
 _SEARCH_OPTIONS = [
     (("-n", "--beam-size"), "beam_size", int, "Beam size N: completed candidates per problem."),
     (("-m", "--beam-width"), "beam_width", int, "Beam width M: children per selected candidate."),
@@ -106,6 +111,7 @@ def model_and_search_options(fn=None, *, with_policy: bool = True):
         click.option("--kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help=_KV_HELP.format("Generator")),
         click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help=_KV_HELP.format("Scorer")),
         click.option("--no-prefix-caching", is_flag=True, help="Disable prefix caching (for measurements)."),
+        click.option("--enforce-eager", is_flag=True, help=_ENFORCE_EAGER_HELP),
     ]
     for flags, dest, typ, help_ in _MODEL_OPTIONS + _SEARCH_OPTIONS:
         opts.append(click.option(*flags, dest, type=typ, default=None, help=help_ + preset_default(dest)))
@@ -162,6 +168,7 @@ def prm_options(fn=None, *, with_scorer: bool = True):
     opts = [
         click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
         click.option("--prm-kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help=_KV_HELP.format("Scorer")),
+        click.option("--enforce-eager", is_flag=True, help=_ENFORCE_EAGER_HELP),
     ]
     for flags, dest, typ, help_ in _MODEL_OPTIONS:
         if dest != "generator" and (with_scorer or dest != "scorer"):
@@ -181,7 +188,7 @@ def build_settings(opts: dict):
     from core.presets import DEFAULT_PRESET, PresetError, load_preset, model_settings_problems
     from core.search.config import SearchConfig
     from core.search.policy import check_fit
-    from core.settings import ModelSettings
+    from core.settings import ModelSettings, attention_backend_problem
 
     try:
         models, search = load_preset(opts.pop("preset") or DEFAULT_PRESET)
@@ -201,6 +208,8 @@ def build_settings(opts: dict):
         models["prm_kv_bytes"] = int(opts["prm_kv_cache_gb"] * _GIB)
     if opts.get("no_prefix_caching"):
         models["enable_prefix_caching"] = False
+    if opts.get("enforce_eager"):
+        models["enforce_eager"] = True
     for _, dest, _, _ in _MODEL_OPTIONS:
         if opts.get(dest) is not None:
             models[dest] = opts[dest]
@@ -215,6 +224,11 @@ def build_settings(opts: dict):
     for field, message in model_settings_problems(models):
         if field != "device":  # check_device below says more (it asks torch)
             raise click.UsageError(f"--{field.replace('_', '-')}: {message}")
+    # decided from the names (device string, find_spec) before torch loads: one line, exit 2
+    problem = attention_backend_problem(models.get("attention_backend", "auto"), models.get("device", "cpu"),
+                                        models.get("dtype"))
+    if problem:
+        raise click.UsageError(f"--attention-backend {models.get('attention_backend')}: {problem}")
     try:
         settings, search_cfg = ModelSettings(**models), SearchConfig(**search)
         if chooses_policy:

@@ -1,168 +1,39 @@
-"""Paged attention for packed batches: the torch backend (CPU and any device; the reference).
+"""Paged attention for packed batches: the hook `transformers` calls, in front of every backend.
 
 The function :func:`paged_attention` is registered with `transformers`' ``AttentionInterface`` under
 the name :data:`ATTN_IMPL`, and models are loaded (or switched) to that implementation. No mask
 function is registered under that name, so `transformers` builds no T x T mask and passes
-``attention_mask=None``; the engine passes its own :class:`AttentionMetadata` as the keyword
-argument ``specscale_meta``, which `transformers` forwards unchanged to every attention call.
+``attention_mask=None``; the engine passes the metadata its attention backend prepared for the
+step (:mod:`core.engine.backends`) as the keyword argument ``specscale_meta``, which
+`transformers` forwards unchanged to every attention call.
 
-Per layer and step:
+Per layer and step the hook writes the new keys/values (RoPE already applied) into the KV pages at
+``slot_mapping`` (one indexing op, the same for every backend, and capturable in a CUDA graph),
+then the backend's metadata computes attention for every row of the packed batch:
+:mod:`core.engine.backends.torch_backend` (SDPA over gathered blocks; the reference and the CPU
+path) or :mod:`core.engine.backends.flashinfer_backend` (FlashInfer kernels on CUDA).
 
-1. the new keys/values (RoPE already applied) are written into the KV pages at ``slot_mapping``;
-2. single-token (decode) rows attend by groups (:mod:`core.engine.decode_groups`): a group's rows
-   share most of their KV blocks, so the union of their blocks is gathered once and attended in
-   one go, a mask keeping each row to its own blocks; groups of similar shape are padded into one
-   batched SDPA call; the query heads of one KV head are folded into the query-length axis, so
-   GQA needs no K/V repetition;
-3. each multi-token (prefill chunk) row range attends with a causal mask offset by the tokens
-   already in the cache (plain causal SDPA over the chunk itself when nothing is cached).
-
-Sliding-window layers (Mistral, Qwen2's ``sliding_attention`` layers, ...) get their window from
-`transformers` as the ``sliding_window`` keyword of each call: a query at position ``p`` attends
-the positions ``p - window + 1 .. p``, as `transformers`' own masks do. Decode rows and prefill
-spans then read only the blocks that hold a position inside the window (their decode plan and
-span masks are built once per forward and window, on the first layer that asks). A window at
-least as long as every context in the batch is plain causal attention and takes that path.
-Other changes to attention (soft-capping, sinks) are refused at load time
-(:func:`core.models.loader.check_attention`) and again here, should a model reach the engine
-another way.
+Sliding-window layers get their window from `transformers` as the ``sliding_window`` keyword of
+each call (a query at position ``p`` attends ``p - window + 1 .. p``). Other changes to attention
+(soft-capping, sinks) are refused at load time (:func:`core.models.loader.check_attention`) and
+again here, should a model reach the engine another way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
-import torch
-import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from .decode_groups import DecodePlan, build_decode_groups
-from .kv_cache import KVCache
+# the torch backend's metadata, importable from here as before the backends were split out
+from .backends.torch_backend import (  # noqa: F401
+    AttentionMetadata, DecodeInputs, PrefillSpan, offset_causal_mask,
+)
 
 ATTN_IMPL = "specscale_paged"
 META_KWARG = "specscale_meta"
 
 
-@dataclass
-class PrefillSpan:
-    """One multi-token row range of the packed batch.
-
-    q_start/q_len: rows ``[q_start, q_start + q_len)`` of the packed batch.
-    ctx_before: tokens of this sequence already in the cache before these rows.
-    blocks: LongTensor ``[n_blocks]`` of the sequence's block table covering the whole context
-    (None when ``ctx_before == 0``: the span then attends only to itself).
-    """
-
-    q_start: int
-    q_len: int
-    ctx_before: int
-    blocks: torch.Tensor | None
-    mask: torch.Tensor | None = None  # bool [q_len, ctx_before + q_len], True = attend
-    _windowed: dict = field(default_factory=dict, repr=False)
-
-    def for_window(self, window: int, block_size: int) -> tuple[torch.Tensor | None, int, torch.Tensor]:
-        """Blocks, first key position and mask of this span under a sliding window of ``window`` tokens.
-
-        Returns:
-            ``(blocks, key_start, mask)``: ``blocks`` LongTensor of the blocks holding a position
-            some query of the span sees (None when nothing was cached: the keys are the span's own),
-            ``key_start`` the absolute position of the first key read, ``mask`` bool
-            ``[q_len, keys]`` (True = attend): query ``i`` at position ``p = ctx_before + i`` sees
-            keys ``p - window < k <= p``.
-        """
-        if window not in self._windowed:
-            c, n = self.ctx_before, self.q_len
-            if self.blocks is None:
-                first_block, key_start = 0, 0
-                blocks = None
-            else:
-                first_block = max(0, c - window + 1) // block_size
-                key_start = first_block * block_size
-                blocks = self.blocks[first_block:]
-            device = (self.blocks if self.blocks is not None else torch.empty(0)).device
-            keys = torch.arange(key_start, c + n, device=device)
-            queries = torch.arange(c, c + n, device=device).unsqueeze(1)
-            mask = (keys.unsqueeze(0) <= queries) & (keys.unsqueeze(0) > queries - window)
-            self._windowed[window] = (blocks, key_start, mask)
-        return self._windowed[window]
-
-
-@dataclass
-class DecodeInputs:
-    """The decode rows of a packed batch, for building their plan per attention window.
-
-    packed_rows: packed-batch row of each decode query; tables: each row's block ids covering its
-    context; lengths: each row's context length (the new token included); q_per_kv: query heads
-    per KV head.
-    """
-
-    packed_rows: list[int]
-    tables: list[list[int]]
-    lengths: list[int]
-    block_size: int
-    q_per_kv: int
-    device: torch.device | str
-
-
-@dataclass
-class AttentionMetadata:
-    """Everything the attention function needs for one packed forward.
-
-    slot_mapping: LongTensor ``[T]``, flat KV slot (block * block_size + offset) of every packed token.
-    decode: the single-token (decode) rows, grouped by shared KV blocks, for full attention (None
-        when there are none; built from ``decode_inputs`` on first use when not given).
-    prefill: the multi-token spans.
-    k_gather/v_gather: ``[decode.blocks.numel(), block_size, kv_heads, head_dim]`` views of
-        buffers reused across steps (fresh large allocations every layer would page-fault and cost
-        as much as the gather itself); when not given, ``gather(n_blocks)`` provides them.
-    decode_inputs/gather: the decode rows and the gather-buffer source, for plans built on demand
-        (per sliding window, or the full plan when ``decode`` is not given).
-    """
-
-    kv: KVCache
-    slot_mapping: torch.Tensor
-    num_tokens: int
-    decode: DecodePlan | None = None
-    prefill: list[PrefillSpan] = field(default_factory=list)
-    k_gather: torch.Tensor | None = None
-    v_gather: torch.Tensor | None = None
-    decode_inputs: DecodeInputs | None = None
-    gather: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None = None
-    _windowed: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def has_decode(self) -> bool:
-        """True when the batch has decode (single-token) rows."""
-        return self.decode is not None or self.decode_inputs is not None
-
-    def decode_for(self, window: int | None) -> tuple[DecodePlan, torch.Tensor, torch.Tensor]:
-        """The decode plan for attention over the last ``window`` positions (None: all) and its gather buffers.
-
-        A window covering every decode row's whole context gives the full-attention plan. Rows of a
-        windowed plan read only blocks that hold a position inside their window.
-        """
-        inputs = self.decode_inputs
-        if window is not None and inputs is not None and window >= max(inputs.lengths):
-            window = None
-        if window is None and self.decode is not None:
-            plan = self.decode
-            if self.k_gather is not None:
-                return plan, self.k_gather, self.v_gather
-        else:
-            if window not in self._windowed:
-                self._windowed[window] = build_decode_groups(
-                    inputs.packed_rows, inputs.tables, inputs.lengths, inputs.block_size, inputs.q_per_kv,
-                    inputs.device, window=window)
-            plan = self._windowed[window]
-            if window is None:
-                self.decode = plan
-        k_gather, v_gather = self.gather(plan.blocks.numel())
-        return plan, k_gather, v_gather
-
-
 def _refuse_unsupported(kwargs: dict) -> None:
-    """Attention features the paged backend does not implement must never be silently ignored."""
+    """Attention features the paged backends do not implement must never be silently ignored."""
     if kwargs.get("softcap") is not None:
         raise ValueError(f"attention '{ATTN_IMPL}' does not implement attention logit soft-capping")
     if kwargs.get("s_aux") is not None:
@@ -177,8 +48,9 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         query: ``[1, heads, T, head_dim]``; key/value: ``[1, kv_heads, T, head_dim]`` (RoPE applied).
         attention_mask: ignored (None: no mask function is registered for this implementation).
         scaling: softmax scale; dropout must be 0 (inference only).
-        kwargs: must hold ``specscale_meta``: :class:`AttentionMetadata`; ``sliding_window`` (int or
-            None) restricts every query to the last that many positions.
+        kwargs: must hold ``specscale_meta``: the step's backend metadata (``kv``, ``slot_mapping``,
+            ``attend``); ``sliding_window`` (int or None) restricts every query to the last that
+            many positions.
 
     Returns:
         ``([1, T, heads, head_dim], None)``.
@@ -187,93 +59,18 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         ValueError: called without engine metadata (the model was run outside the engine), or with
             attention logit soft-capping (``softcap``) or attention sinks (``s_aux``).
     """
-    meta: AttentionMetadata | None = kwargs.get(META_KWARG)
+    meta = kwargs.get(META_KWARG)
     if meta is None:
         raise ValueError(f"attention '{ATTN_IMPL}' needs the engine's metadata (keyword '{META_KWARG}')")
     _refuse_unsupported(kwargs)
-    window = kwargs.get("sliding_window")
     k_pages, v_pages = meta.kv.layer(module.layer_idx)
-    _, kv_heads, T, head_dim = key.shape
-    heads = query.shape[1]
-    bs = meta.kv.block_size
-
+    _, kv_heads, _, head_dim = key.shape
     k_new = key[0].transpose(0, 1)  # [T, kv_heads, D]
     v_new = value[0].transpose(0, 1)
     k_pages.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k_new)
     v_pages.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v_new)
-
-    q = query[0]  # [H, T, D]
-    out = query.new_empty(T, heads, head_dim)
-    gqa = heads != kv_heads
-
-    if meta.has_decode:
-        plan, k_gather, v_gather = meta.decode_for(window)
-        out.index_copy_(0, plan.rows, _grouped_decode(q, k_pages, v_pages, plan, k_gather, v_gather, scaling))
-
-    for span in meta.prefill:
-        s, n = span.q_start, span.q_len
-        qs = q[:, s:s + n].unsqueeze(0)  # [1, H, n, D]
-        windowed = window is not None and window < span.ctx_before + n
-        if span.blocks is None and not windowed:
-            ks = key[:, :, s:s + n]
-            vs = value[:, :, s:s + n]
-            os_ = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scaling, enable_gqa=gqa)
-        elif span.blocks is None:
-            _, _, mask = span.for_window(window, bs)
-            os_ = F.scaled_dot_product_attention(qs, key[:, :, s:s + n], value[:, :, s:s + n], attn_mask=mask,
-                                                 scale=scaling, enable_gqa=gqa)
-        else:
-            blocks, key_start, mask = span.for_window(window, bs) if windowed else (span.blocks, 0, span.mask)
-            ctx = span.ctx_before + n - key_start
-            nb = blocks.numel()
-            ks = k_pages.index_select(0, blocks).view(1, nb * bs, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
-            vs = v_pages.index_select(0, blocks).view(1, nb * bs, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
-            os_ = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scaling, enable_gqa=gqa)
-        out[s:s + n] = os_[0].transpose(0, 1)
-
+    out = meta.attend(module.layer_idx, query, key, value, kwargs.get("sliding_window"), scaling)
     return out.unsqueeze(0), None
-
-
-def _grouped_decode(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, plan: DecodePlan,
-                    k_gather: torch.Tensor, v_gather: torch.Tensor, scaling: float | None) -> torch.Tensor:
-    """Decode attention for the grouped rows of ``plan``: one SDPA call per bucket.
-
-    Args:
-        q: ``[heads, T, head_dim]`` queries of the whole packed batch.
-        k_pages/v_pages: ``[num_blocks, block_size, kv_heads, head_dim]`` pages of this layer (the
-            step's new keys/values already written).
-        k_gather/v_gather: ``[plan.blocks.numel(), block_size, kv_heads, head_dim]`` buffers.
-
-    Returns:
-        ``[Bd, heads, head_dim]``, rows in ``plan.rows`` order.
-    """
-    heads, _, head_dim = q.shape
-    kv_heads = k_pages.shape[2]
-    per_kv = heads // kv_heads
-    bs = k_pages.shape[1]
-    torch.index_select(k_pages, 0, plan.blocks, out=k_gather)
-    torch.index_select(v_pages, 0, plan.blocks, out=v_gather)
-    outs = []
-    for b in plan.buckets:
-        n, rows = b.num_groups, b.rows_per_group
-        # [n, kv_heads, rows * per_kv, D]: query head h uses KV head h // per_kv
-        qb = (q.index_select(1, b.query_rows).view(kv_heads, per_kv, n, rows, head_dim)
-              .permute(2, 0, 3, 1, 4).reshape(n, kv_heads, rows * per_kv, head_dim))
-        width = b.blocks_per_group * bs
-        span = slice(b.block_start, b.block_start + n * b.blocks_per_group)
-        kb = k_gather[span].view(n, width, kv_heads, head_dim).transpose(1, 2)
-        vb = v_gather[span].view(n, width, kv_heads, head_dim).transpose(1, 2)
-        ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=b.mask, scale=scaling)
-        ob = ob.view(n, kv_heads, rows, per_kv, head_dim).permute(0, 2, 1, 3, 4).reshape(n * rows, heads, head_dim)
-        outs.append(ob.index_select(0, b.keep))
-    return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-def offset_causal_mask(ctx_before: int, q_len: int, device) -> torch.Tensor:
-    """Bool ``[q_len, ctx_before + q_len]``: query i (absolute position ctx_before + i) sees keys <= it."""
-    cols = torch.arange(ctx_before + q_len, device=device)
-    rows = torch.arange(q_len, device=device) + ctx_before
-    return cols.unsqueeze(0) <= rows.unsqueeze(1)
 
 
 _registered = False

@@ -22,7 +22,7 @@ from .block_pool import BlockPool, OutOfBlocks
 from .events import CandidateId, Forked, Stopped
 from .kv_cache import KVCache, KVLayout
 from .kv_manager import KVManager
-from .model_runner import ModelRunner
+from .model_runner import ModelRunner, graphs_wanted
 from .sampler import RowRequest, sample
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import SamplingParams, Sequence, SeqStatus, StopCriteria, StopReason
@@ -47,6 +47,8 @@ class EngineConfig:
         it evicts them instead of growing.
     max_num_read_rows: logits rows prefill-only sequences read per step (each a ``[vocab]`` float
         tensor; see :class:`~core.engine.scheduler.SchedulerConfig`); None: no limit.
+    attention_backend: ``auto``, ``torch`` or ``flashinfer`` (see :mod:`core.engine.backends`).
+    enforce_eager: no CUDA graphs for decode steps (graphs are used with flashinfer on CUDA).
     """
 
     block_size: int = 16
@@ -59,6 +61,8 @@ class EngineConfig:
     kv_grow: bool = False
     kv_cache_share: float = 0.0
     max_num_read_rows: int | None = 256
+    attention_backend: str = "auto"
+    enforce_eager: bool = False
 
 
 class EngineStalled(RuntimeError):
@@ -129,13 +133,16 @@ class GenerationEngine:
                 f"KV pool of {num_blocks} blocks x {config.block_size} tokens cannot hold one sequence of "
                 f"max_model_len={self.max_model_len} tokens (needs {min_blocks} blocks); "
                 "raise the KV cache size or lower max_model_len")
-        self.cache = KVCache(layout, num_blocks, config.block_size, device, lazy=config.kv_grow)
+        # one page no sequence owns, where CUDA-graph padding rows write and read
+        scratch = 1 if graphs_wanted(config.attention_backend, device, config.enforce_eager, dtype) else 0
+        self.cache = KVCache(layout, num_blocks, config.block_size, device, lazy=config.kv_grow, scratch_blocks=scratch)
         self.pool = BlockPool(0 if config.kv_grow else num_blocks, config.block_size, config.enable_prefix_caching,
                               max_blocks=num_blocks if config.kv_grow else None, cache_share=config.kv_cache_share)
         self.kv = KVManager(self.pool, self.cache)
         self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
                                                    config.max_num_read_rows), self.kv)
-        self.runner = ModelRunner(model, self.cache)
+        self.runner = ModelRunner(model, self.cache, config.attention_backend, enforce_eager=config.enforce_eager,
+                                  max_num_seqs=config.max_num_seqs, max_model_len=self.max_model_len)
         self.pieces = TokenPieces(tokenizer, mc.vocab_size)
         self._arrival = itertools.count()
         self._live: dict[int, Sequence] = {}  # every sequence not yet freed, by id

@@ -67,6 +67,8 @@ class KVCache:
         device: where the cache lives.
         lazy: on CPU, reserve the pages without making them resident (:func:`lazy_zeros`): a block
             costs memory from its first write on. For pools that grow on demand.
+        scratch_blocks: extra pages after the pool's ``num_blocks`` that no sequence ever owns
+            (:attr:`scratch_block` is the first): CUDA-graph padding rows write and read there.
 
     Memory: ``num_blocks * block_size * layout.bytes_per_token`` bytes. Eager pools are allocated
     and zeroed here, so the pages are touched once rather than page-faulting inside the first
@@ -75,11 +77,13 @@ class KVCache:
     """
 
     def __init__(self, layout: KVLayout, num_blocks: int, block_size: int, device: torch.device | str = "cpu",
-                 lazy: bool = False):
+                 lazy: bool = False, scratch_blocks: int = 0):
         self.layout = layout
         self.num_blocks = num_blocks
         self.block_size = block_size
-        shape = (layout.num_layers, 2, num_blocks, block_size, layout.num_kv_heads, layout.head_dim)
+        self.scratch_block = num_blocks if scratch_blocks > 0 else None
+        pages = num_blocks + max(0, scratch_blocks)
+        shape = (layout.num_layers, 2, pages, block_size, layout.num_kv_heads, layout.head_dim)
         self._buffer = None
         if lazy and torch.device(device).type == "cpu":
             self.data, self._buffer = lazy_zeros(shape, layout.dtype)

@@ -1,16 +1,43 @@
-"""Runs one packed forward of a `transformers` causal LM over the paged KV cache."""
+"""Runs one packed forward of a `transformers` causal LM over the paged KV cache.
+
+Per step the runner builds the :class:`~core.engine.backends.AttentionPlan` (host lists: which rows
+decode, which prefill with how much cached context, their block tables), moves the step's integer
+inputs to the device in one copy, lets the attention backend prepare its metadata, and calls the
+model, or replays a CUDA graph for a decode-only step (:mod:`core.engine.cuda_graphs`).
+"""
 
 from __future__ import annotations
 
 import torch
 
-from .attention import META_KWARG, AttentionMetadata, DecodeInputs, PrefillSpan, offset_causal_mask, register_attention
+from core.settings import resolve_attention_backend
+
+from .attention import META_KWARG, register_attention
+from .backends import AttentionPlan, PrefillRow, create_backend
 from .kv_cache import KVCache
 from .sequence import Sequence
 
 
+def graphs_wanted(backend: str, device, enforce_eager: bool, dtype: torch.dtype | None = None) -> bool:
+    """True when decode steps replay CUDA graphs: the flashinfer backend on CUDA, not ``enforce_eager``.
+
+    ``backend`` may be ``auto`` (resolved for ``device`` and ``dtype``). The torch backend's decode
+    plan changes shape with every batch (groups, buckets, masks), so it runs eagerly; FlashInfer's
+    decode wrapper keeps its metadata in fixed buffers a graph can read.
+    """
+    if enforce_eager or torch.device(device).type != "cuda":
+        return False
+    if backend == "auto":
+        backend = resolve_attention_backend("auto", str(device), None if dtype is None else _dtype_name(dtype))
+    return backend == "flashinfer"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 class ModelRunner:
-    """Builds packed inputs and attention metadata for a scheduled batch and calls the model.
+    """Builds packed inputs and the attention plan for a scheduled batch and calls the model.
 
     The model must already use the engine's attention implementation (see
     :func:`core.engine.attention.register_attention`); this class switches it if needed.
@@ -19,9 +46,21 @@ class ModelRunner:
         model: a `transformers` ``*ForCausalLM`` (or a model whose forward accepts
             ``input_ids, position_ids, use_cache, logits_to_keep`` and returns ``.logits``).
         kv: the engine's KV pages.
+        backend: ``auto``, ``torch`` or ``flashinfer`` (see :func:`core.settings.resolve_attention_backend`);
+            ``flashinfer-reference`` runs the FlashInfer backend with the torch stand-ins of its
+            kernels (:mod:`core.engine.backends.flashinfer_reference`; tests, any device).
+        enforce_eager: no CUDA graphs.
+        max_num_seqs: the largest decode batch a graph is captured for.
+        max_model_len: the longest context (sizes the graphs' page buffers; None: the whole pool).
+        kernels: the FlashInfer kernels module (tests inject stand-ins).
+        graph_capture: how a graph is captured (tests inject a stand-in; default CUDA graphs).
+
+    Raises:
+        ValueError: the backend cannot run here (flashinfer on CPU, float32, or not installed).
     """
 
-    def __init__(self, model, kv: KVCache):
+    def __init__(self, model, kv: KVCache, backend: str = "torch", *, enforce_eager: bool = False,
+                 max_num_seqs: int = 256, max_model_len: int | None = None, kernels=None, graph_capture=None):
         name = register_attention()
         if getattr(model.config, "_attn_implementation", None) != name:
             model.set_attn_implementation(name)
@@ -30,30 +69,26 @@ class ModelRunner:
         self.device = kv.data.device
         self.block_size = kv.block_size
         self.q_per_kv = model.config.num_attention_heads // kv.layout.num_kv_heads
-        self._gather_k = torch.empty(0, dtype=kv.data.dtype, device=self.device)
-        self._gather_v = torch.empty(0, dtype=kv.data.dtype, device=self.device)
+        if backend != "flashinfer-reference":
+            backend = resolve_attention_backend(backend, str(self.device), _dtype_name(kv.data.dtype),
+                                                flashinfer_installed=True if kernels is not None else None)
+        self.backend_name = backend
+        self.backend = create_backend(backend, kv, model.config, kernels=kernels)
+        self.graphs = None
+        use_graphs = graph_capture is not None or graphs_wanted(backend, self.device, enforce_eager)
+        if backend != "torch" and use_graphs and kv.scratch_block is not None:
+            from .cuda_graphs import DecodeGraphs
 
-    def _gather_buffers(self, n_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Views of persistent buffers for ``n_blocks`` gathered pages (grown by half when too small)."""
-        layout = self.kv.layout
-        page = self.block_size * layout.num_kv_heads * layout.head_dim
-        if self._gather_k.numel() < n_blocks * page:
-            size = int(n_blocks * 1.5) * page
-            self._gather_k = torch.empty(size, dtype=self.kv.data.dtype, device=self.device)
-            self._gather_v = torch.empty(size, dtype=self.kv.data.dtype, device=self.device)
-        shape = (n_blocks, self.block_size, layout.num_kv_heads, layout.head_dim)
-        return self._gather_k[: n_blocks * page].view(shape), self._gather_v[: n_blocks * page].view(shape)
+            pages = kv.num_blocks if max_model_len is None else -(-max_model_len // kv.block_size) + 1
+            self.graphs = DecodeGraphs(self, max_num_seqs, pages, capture=graph_capture)
 
-    def build_metadata(self, batch: list[tuple[Sequence, int]]):
-        """Packed ``input_ids [T]``, ``position_ids [T]`` (int64) and :class:`AttentionMetadata`."""
+    def build_plan(self, batch: list[tuple[Sequence, int]]) -> tuple[list[int], list[int], list[int], AttentionPlan]:
+        """Packed token ids, positions and KV slots (host lists) and the step's attention plan."""
         bs = self.block_size
         ids: list[int] = []
         positions: list[int] = []
-        slots: list[torch.Tensor] = []
-        decode_rows: list[int] = []
-        decode_tables: list[list[int]] = []
-        decode_lens: list[int] = []
-        spans: list[PrefillSpan] = []
+        slots: list[int] = []
+        plan = AttentionPlan(num_tokens=0, block_size=bs)
         for seq, n in batch:
             start = len(ids)
             c = seq.num_computed
@@ -61,27 +96,30 @@ class ModelRunner:
             positions.extend(range(c, c + n))
             table = seq.block_table
             if n == 1:
-                slots.append(torch.tensor([table[c // bs] * bs + c % bs]))
-                decode_rows.append(start)
-                decode_tables.append(table[: c // bs + 1])
-                decode_lens.append(c + 1)
+                slots.append(table[c // bs] * bs + c % bs)
+                plan.decode_rows.append(start)
+                plan.decode_tables.append(table[: c // bs + 1])
+                plan.decode_lengths.append(c + 1)
                 continue
-            pos = torch.arange(c, c + n)
-            t = torch.tensor(table[: -(-(c + n) // bs)])
-            slots.append(t[pos // bs] * bs + pos % bs)
-            if c == 0:
-                spans.append(PrefillSpan(start, n, 0, None))
-            else:
-                spans.append(PrefillSpan(start, n, c, t.to(self.device), offset_causal_mask(c, n, self.device)))
-        dev = self.device
-        meta = AttentionMetadata(kv=self.kv, slot_mapping=torch.cat(slots).to(dev), num_tokens=len(ids), prefill=spans)
-        if decode_rows:
-            # plans are built on first use, once per attention window the model's layers ask for
-            meta.decode_inputs = DecodeInputs(decode_rows, decode_tables, decode_lens, bs, self.q_per_kv, dev)
-            meta.gather = self._gather_buffers
-        input_ids = torch.tensor(ids, device=dev)
-        position_ids = torch.tensor(positions, device=dev)
-        return input_ids, position_ids, meta
+            covered = table[: -(-(c + n) // bs)]
+            slots.extend(covered[p // bs] * bs + p % bs for p in range(c, c + n))
+            plan.prefill.append(PrefillRow(start, n, c, covered))
+        plan.num_tokens = len(ids)
+        return ids, positions, slots, plan
+
+    def to_device(self, *arrays: list[int]) -> list[torch.Tensor]:
+        """int64 tensors of ``arrays`` on the runner's device, moved in one host-to-device copy.
+
+        On CUDA the lists are packed into one pinned host tensor and copied without blocking the
+        host (the caching host allocator keeps the pinned memory until the copy is done), so the
+        step's inputs cost one transfer and no synchronisation.
+        """
+        if self.device.type == "cpu":
+            return [torch.tensor(a, dtype=torch.long) for a in arrays]
+        flat = [x for a in arrays for x in a]
+        host = torch.tensor(flat, dtype=torch.long, pin_memory=True)
+        dev = host.to(self.device, non_blocking=True)
+        return list(torch.split(dev, [len(a) for a in arrays]))
 
     @torch.inference_mode()
     def forward(self, batch: list[tuple[Sequence, int]], logit_rows: list[int]) -> torch.Tensor:
@@ -95,8 +133,11 @@ class ModelRunner:
         Returns:
             float logits ``[len(logit_rows), vocab]`` (empty when no rows are asked for).
         """
-        input_ids, position_ids, meta = self.build_metadata(batch)
-        keep = torch.tensor(logit_rows if logit_rows else [0], dtype=torch.long, device=self.device)
+        ids, positions, slots, plan = self.build_plan(batch)
+        if self.graphs is not None and self.graphs.can_run(plan):
+            return self.graphs.run(ids, positions, slots, plan, logit_rows)
+        input_ids, position_ids, slot_mapping, keep = self.to_device(ids, positions, slots, logit_rows or [0])
+        meta = self.backend.prepare(plan, slot_mapping)
         out = self.model(
             input_ids=input_ids[None], position_ids=position_ids[None], use_cache=False,
             logits_to_keep=keep, **{META_KWARG: meta},
