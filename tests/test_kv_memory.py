@@ -201,6 +201,9 @@ def test_read_rows_per_step_are_bounded_and_logits_unchanged(tiny_llama):
     outs = run_to_end(engine)
     assert max(o.num_logit_rows for o in outs) == 5
     assert sum(o.num_logit_rows for o in outs) == 16
+    # each row read owns its memory: the step's [rows, vocab] logits are not kept alive by it
+    row = pa.read_logits[0]
+    assert row.untyped_storage().nbytes() == row.numel() * row.element_size()
     torch.testing.assert_close(torch.stack(pa.read_logits), hf_logits(tiny_llama, a)[8:20], atol=1e-4, rtol=0)
     torch.testing.assert_close(torch.stack(pb.read_logits), hf_logits(tiny_llama, b)[[0, 1, 2, 20]], atol=1e-4,
                                rtol=0)

@@ -364,7 +364,8 @@ class GenerationEngine:
         requests: list[RowRequest] = []
         for i, (seq, pos) in enumerate(row_owner):
             if seq.prefill_only:
-                seq.read_logits.append(logits[i])
+                # a copy, not a view: the step's [rows, vocab] logits are freed once the step is over
+                seq.read_logits.append(logits[i].clone())
             else:
                 sample_idx.append(i)
                 requests.append(RowRequest(seq.sampling.temperature, seq.sampling.top_p,

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from core.memory import release_free_memory
+
 from .cache import gguf_copy_dir, is_complete, store_copy, touch
 from .specs import EMBEDDED_MODELS, ModelSpecError, embedded_gguf
 
@@ -263,4 +265,5 @@ def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = 
         raise ModelLoadError(f"cannot load model '{spec}': {exc}") from exc
     check_attention(model, spec)
     model.to(device).eval()
+    release_free_memory()  # loading leaves tens of MB of freed temporaries in the C heap
     return LoadedModel(model, tok, spec)

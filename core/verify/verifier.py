@@ -82,6 +82,13 @@ class Verifier:
     def queued_tokens(self) -> int:
         return queued_tokens(self.queue)
 
+    def _score(self, seq, group: list[VerificationTask]) -> None:
+        """Score a completed prefill for every task of ``group`` and drop its logits rows."""
+        value = self.scorer.score(group[0].request, seq.read_logits)
+        seq.read_logits = []
+        for t in group:
+            t.score = value
+
     def flush(self, trigger: str = "eager") -> list[VerificationTask]:
         """Score every queued task in one batched prefill; returns them with ``score`` set.
 
@@ -105,13 +112,15 @@ class Verifier:
             seqs.append((self.engine.add(req.token_ids, prefill_only=True, read_positions=req.read_positions), group))
             self.stats.input_tokens += len(req.token_ids)
             self.stats.prefills += 1
+        # each input is scored as soon as its prefill completes, so its logits rows ([vocab] floats
+        # each) are freed then rather than all held until the whole flush is done
+        pending = {seq.seq_id: (seq, group) for seq, group in seqs}
         while self.engine.has_work():
-            self.engine.step()
-        for seq, group in seqs:
-            value = self.scorer.score(group[0].request, seq.read_logits)
-            seq.read_logits = []
-            for t in group:
-                t.score = value
+            for seq_id in self.engine.step().prefilled:
+                if seq_id in pending:
+                    self._score(*pending.pop(seq_id))
+        for seq, group in pending.values():
+            self._score(seq, group)
         self.stats.flushes += 1
         self.stats.tasks += len(tasks)
         self.stats.computed_tokens += self.engine.total_tokens - tokens_before
