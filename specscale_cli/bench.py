@@ -9,6 +9,8 @@ import time
 import click
 import orjson
 
+from core.settings import ATTENTION_BACKENDS, attention_backend_problem
+
 from .options import model_and_search_options
 
 
@@ -27,14 +29,15 @@ def _requests(n: int, prompt_range: tuple[int, int], output_range: tuple[int, in
     return reqs
 
 
-def _run_engine(model, tokenizer, reqs, max_num_batched_tokens: int) -> dict:
+def _run_engine(model, tokenizer, reqs, max_num_batched_tokens: int, backend: str = "auto",
+                enforce_eager: bool = False) -> dict:
     from core.engine.engine import EngineConfig, GenerationEngine
     from core.engine.sequence import SamplingParams, StopCriteria
 
     longest = max(len(p) + o for p, o in reqs)
     engine = GenerationEngine(model, EngineConfig(max_num_seqs=len(reqs), max_num_batched_tokens=max_num_batched_tokens,
-                                                  max_model_len=longest + 16,
-                                                  kv_cache_bytes=2 << 30), tokenizer)
+                                                  max_model_len=longest + 16, kv_cache_bytes=2 << 30,
+                                                  attention_backend=backend, enforce_eager=enforce_eager), tokenizer)
     greedy = SamplingParams(temperature=0)
     t0 = time.perf_counter()
     for prompt, out_len in reqs:
@@ -45,12 +48,26 @@ def _run_engine(model, tokenizer, reqs, max_num_batched_tokens: int) -> dict:
     seconds = time.perf_counter() - t0
     tokens = sum(o for _, o in reqs)
     return {"seconds": round(seconds, 3), "output_tokens": tokens, "tokens_per_s": round(tokens / seconds, 2),
-            "steps": engine.total_steps}
+            "steps": engine.total_steps, **_graph_counts(engine)}
+
+
+def _graph_counts(engine) -> dict:
+    """Which attention backend ran and how many decode steps replayed a CUDA graph."""
+    graphs = engine.runner.graphs
+    return {"attention_backend": engine.runner.backend_name, "graph_replays": graphs.replays if graphs else 0}
+
+
+def _sync(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _run_hf(model, reqs, batch_size: int, pad_id: int) -> dict:
     import torch
 
+    device = next(model.parameters()).device
     tokens = sum(o for _, o in reqs)
     t0 = time.perf_counter()
     computed = 0
@@ -64,28 +81,65 @@ def _run_hf(model, reqs, batch_size: int, pad_id: int) -> dict:
             mask[r, width - len(p):] = 1
         new = max(o for _, o in chunk)
         with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
-                           do_sample=False, pad_token_id=pad_id)
+            model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new,
+                           min_new_tokens=new, do_sample=False, pad_token_id=pad_id)
         computed += new * len(chunk)
+    _sync(device)
     seconds = time.perf_counter() - t0
     return {"seconds": round(seconds, 3), "output_tokens": tokens, "tokens_per_s": round(tokens / seconds, 2),
             "computed_tokens": computed}
 
 
-def _matmul_peak(seconds: float = 2.0) -> float:
-    """Measured fp32 matmul FLOP/s of this machine (best of repeated 1024-2048 square matmuls)."""
+def _matmul_peak(seconds: float = 2.0, device="cpu", dtype=None) -> float:
+    """Measured matmul FLOP/s of the device (best of repeated square matmuls): fp32 1024-2048 on a
+    CPU, the model's dtype and 4096-8192 on CUDA (smaller ones do not fill a data-center GPU)."""
     import torch
 
+    cuda = torch.device(device).type == "cuda"
+    dtype = dtype if cuda and dtype is not None else torch.float32
     best = 0.0
-    for n in (1024, 2048):
-        a, b = torch.randn(n, n), torch.randn(n, n)
+    for n in ((4096, 8192) if cuda else (1024, 2048)):
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
         torch.mm(a, b)
+        _sync(device)
         reps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds / 2:
             torch.mm(a, b)
             reps += 1
+            if cuda and reps % 8 == 0:
+                _sync(device)
+        _sync(device)
         best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t0))
     return best
+
+
+def _memory_bandwidth(device, seconds: float = 1.0) -> float:
+    """Measured memory bandwidth in bytes/s: best rate of copying a large buffer (read + write)."""
+    import torch
+
+    n = (1 << 30 if torch.device(device).type == "cuda" else 1 << 28) // 4
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    _sync(device)
+    best, t_end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        best = max(best, 2 * 4 * n / (time.perf_counter() - t0))
+    return best
+
+
+def _model_bytes(model) -> int:
+    """Bytes of the model's weights (each tied tensor once): what a decode step reads at least."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
 
 
 def _decode_flops_per_token(config, context: int) -> float:
@@ -101,12 +155,14 @@ def _decode_flops_per_token(config, context: int) -> float:
     return 2 * linear + attention
 
 
-def _mfu(model, tokenizer, batch: int, context: int, steps: int, peak: float) -> dict:
+def _mfu(model, tokenizer, batch: int, context: int, steps: int, peak: float, backend: str = "auto",
+         enforce_eager: bool = False) -> dict:
     from core.engine.engine import EngineConfig, GenerationEngine
     from core.engine.sequence import SamplingParams, StopCriteria
 
     engine = GenerationEngine(model, EngineConfig(max_num_seqs=batch, max_num_batched_tokens=4096,
-                                                  max_model_len=context + steps + 16), tokenizer)
+                                                  max_model_len=context + steps + 16, attention_backend=backend,
+                                                  enforce_eager=enforce_eager), tokenizer)
     rng = random.Random(1)
     stop = StopCriteria(step_delimiter=None, max_tokens=steps + 3, max_step_tokens=steps + 3, ignore_eos=True)
     for _ in range(batch):
@@ -126,8 +182,8 @@ def _mfu(model, tokenizer, batch: int, context: int, steps: int, peak: float) ->
     flops = n * _decode_flops_per_token(model.config, context + steps // 2)
     achieved = flops / seconds
     return {"decode_batch": batch, "context_tokens": context, "decode_tokens": n, "seconds": round(seconds, 3),
-            "step_ms": round(1000 * seconds / max(1, n / batch), 1), "achieved_gflops": round(achieved / 1e9, 2),
-            "peak_gflops": round(peak / 1e9, 2), "mfu": round(achieved / peak, 3)}
+            "step_ms": round(1000 * seconds / max(1, n / batch), 2), "achieved_gflops": round(achieved / 1e9, 2),
+            "peak_gflops": round(peak / 1e9, 2), "mfu": round(achieved / peak, 3), **_graph_counts(engine)}
 
 
 @bench.command("engine")
@@ -147,15 +203,32 @@ def _mfu(model, tokenizer, batch: int, context: int, steps: int, peak: float) ->
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random prompts and lengths.")
 @click.option("--cases", default="equal,mixed", show_default=True,
               help="Throughput cases to run (comma-separated; empty for MFU only).")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:i].")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="Weights dtype (default: float32 on CPU, bfloat16 on CUDA).")
+@click.option("--attention-backend", type=click.Choice(ATTENTION_BACKENDS), default="auto", show_default=True,
+              help="Engine attention kernels (auto: flashinfer on CUDA when installed, torch otherwise).")
+@click.option("--enforce-eager", is_flag=True, help="Engine: no CUDA graphs for decode steps.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")
 def bench_engine(model_spec, num_requests, equal_prompt, equal_output, mixed_prompt, mixed_output, hf_batch_size,
-                 max_num_batched_tokens, mfu_context, seed, cases, as_json):
-    """Output tokens/s of the engine vs `transformers` generate (static batches), same run, same weights."""
+                 max_num_batched_tokens, mfu_context, seed, cases, device, dtype, attention_backend, enforce_eager,
+                 as_json):
+    """Output tokens/s of the engine vs `transformers` generate (static batches), same run, same weights.
+
+    Also the decode MFU at batch --requests, and the weights-read bound of a decode step (weight
+    bytes / measured memory bandwidth) against the measured step time at batch 1 and at --requests.
+    """
+    from .options import check_device
+
+    check_device(device)
+    problem = attention_backend_problem(attention_backend, device, dtype)
+    if problem:
+        raise click.UsageError(f"--attention-backend {attention_backend}: {problem}")
     import torch
 
     from core.models.loader import load_model
 
-    loaded = load_model(model_spec)
+    loaded = load_model(model_spec, dtype, device)
     model, tok = loaded.model, loaded.tokenizer
     vocab = model.config.vocab_size
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -168,21 +241,37 @@ def bench_engine(model_spec, num_requests, equal_prompt, equal_output, mixed_pro
         "mixed": _requests(num_requests, mixed_prompt, mixed_output, vocab, seed),
     }
     cases = {name: reqs for name, reqs in cases.items() if name in wanted}
-    result = {"model": model_spec, "threads": torch.get_num_threads(), "requests": num_requests}
+    params = next(model.parameters())
+    result = {"model": model_spec, "threads": torch.get_num_threads(), "requests": num_requests,
+              "device": str(params.device), "dtype": str(params.dtype).removeprefix("torch."),
+              "device_name": torch.cuda.get_device_name(params.device) if params.device.type == "cuda" else "cpu"}
     original_impl = model.config._attn_implementation
     for name, reqs in cases.items():
         model.set_attn_implementation(original_impl)
         hf = _run_hf(model, reqs, hf_batch_size, pad)
-        eng = _run_engine(model, tok, reqs, max_num_batched_tokens)
+        eng = _run_engine(model, tok, reqs, max_num_batched_tokens, attention_backend, enforce_eager)
         result[name] = {"engine": eng, "hf_generate": hf,
                         "ratio_vs_hf": round(eng["tokens_per_s"] / hf["tokens_per_s"], 3)}
         if not as_json:
             click.echo(f"{name}: engine {eng['tokens_per_s']} tok/s, HF generate {hf['tokens_per_s']} tok/s, "
                        f"ratio {result[name]['ratio_vs_hf']}", err=True)
-    peak = _matmul_peak()
-    result["mfu"] = _mfu(model, tok, num_requests, mfu_context, 16, peak)
+    peak = _matmul_peak(device=params.device, dtype=params.dtype)
+    result["mfu"] = _mfu(model, tok, num_requests, mfu_context, 16, peak, attention_backend, enforce_eager)
+    # a decode step reads every weight once: at batch 1 its time is bounded below by weight bytes /
+    # memory bandwidth (the issue's goal: within 2x of it on a GPU)
+    bandwidth = _memory_bandwidth(params.device)
+    weights = _model_bytes(model)
+    bound_ms = 1000 * weights / bandwidth
+    single = _mfu(model, tok, 1, mfu_context, 16, peak, attention_backend, enforce_eager)
+    result["weights_bound"] = {
+        "model_bytes": weights, "bandwidth_gb_s": round(bandwidth / 1e9, 1), "bound_ms": round(bound_ms, 3),
+        "step_ms_batch1": single["step_ms"], "ratio_batch1": round(single["step_ms"] / bound_ms, 2),
+        "step_ms_batch": result["mfu"]["step_ms"], "ratio_batch": round(result["mfu"]["step_ms"] / bound_ms, 2)}
     if not as_json:
         click.echo(f"mfu at decode batch {num_requests}: {result['mfu']['mfu']}", err=True)
+        wb = result["weights_bound"]
+        click.echo(f"decode step {wb['step_ms_batch1']} ms at batch 1 = {wb['ratio_batch1']}x the weights-read "
+                   f"bound ({wb['bound_ms']} ms)", err=True)
     click.echo(orjson.dumps(result, option=0 if as_json else orjson.OPT_INDENT_2).decode())
 
 
