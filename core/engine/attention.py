@@ -30,6 +30,8 @@ from .backends.torch_backend import (  # noqa: F401
 
 ATTN_IMPL = "specscale_paged"
 META_KWARG = "specscale_meta"
+__all__ = ["ATTN_IMPL", "META_KWARG", "paged_attention", "register_attention", "AttentionMetadata", "DecodeInputs",
+           "PrefillSpan", "offset_causal_mask"]
 
 
 def _refuse_unsupported(kwargs: dict) -> None:
