@@ -504,3 +504,12 @@ def _register_verifier():
 
 
 _register_verifier()
+
+
+def _register_scale():
+    from .bench_scale import bench_scale
+
+    bench.add_command(bench_scale)
+
+
+_register_scale()

@@ -18,6 +18,7 @@ still alone reads the input and writes OUT, so all of the above holds unchanged.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from contextlib import ExitStack
@@ -255,7 +256,10 @@ def _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurre
         session = cleanup.enter_context(RaySession(ray_address, settings.device))
     except Exception as exc:  # noqa: BLE001 - Ray raises several kinds for a cluster it cannot reach
         where = f"the Ray cluster at {ray_address}" if ray_address else "a local Ray cluster"
-        raise click.UsageError(f"cannot start or join {where}: {str(exc).strip().splitlines()[0]}") from exc
+        # Ray sends its token only where RAY_AUTH_MODE=token asks it to (never by default to an address)
+        hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or "
+                "~/.ray/auth_token)" if ray_address and "RAY_AUTH_MODE" not in os.environ else "")
+        raise click.UsageError(f"cannot start or join {where}: {str(exc).strip().splitlines()[0]}{hint}") from exc
     pool = ReplicaPool(session, settings, search_cfg, policy, workers, max_concurrent, traces=traces, source=source,
                        log=lambda line: click.echo(f"note: {line}", err=True))
     cleanup.callback(pool.close)

@@ -9,6 +9,7 @@ apart from ``time_s`` and line order, every id exactly once.
 from __future__ import annotations
 
 import copy
+import io
 import os
 import re
 import shlex
@@ -19,8 +20,10 @@ import time
 
 import orjson
 import pytest
+from rich.console import Console
 
 from solve_helpers import GSM8K, ROOT, records, run_solve, tiny_flags, wait_for_answers, without_timing
+from test_dashboard import SUMMARY_KEYS
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 MATH500 = ROOT / "examples" / "math500_sample.jsonl"
@@ -120,6 +123,127 @@ def _each_id_once(out, problems) -> None:
     assert sorted(ids) == sorted(want), "every problem exactly once"
 
 
+# ------------------------------------------------------------------ the parts, without Ray
+
+
+def test_replica_exchange_hands_back_every_record_once_and_counts_its_room(tiny_dir):
+    """The replica class in this process (no actor): the pull protocol and its room accounting."""
+    from core.distributed.bench import run_in_process
+    from core.distributed.replica import Replica
+    from core.io.problems import Problem, read_problems
+    from core.search.config import SearchConfig
+    from core.settings import ModelSettings
+    from core.solver import load_models
+
+    settings = ModelSettings(generator=str(tiny_dir), prm=str(tiny_dir), gen_kv_bytes=50 << 20,
+                             prm_kv_bytes=50 << 20, max_model_len=1024)
+    cfg = SearchConfig(beam_size=4, beam_width=2, max_steps=2, max_step_tokens=32, step_delimiter="e")
+    problems = [p for p in read_problems(GSM8K) if isinstance(p, Problem)][:5]
+    # a statement far longer than the context: refused in the replica, an error record comes back
+    problems.append(Problem("too-long", "seven " * 2000, "7", 99))
+    rep = Replica(0, settings, cfg, "non-spec", max_concurrent=2, traces=True, threads=None, source="in.jsonl")
+    info = rep.start()
+    assert info["pid"] == os.getpid() and info["max_model_len"] == 1024 and info["stats"]["problems_answered"] == 0
+    answers, errors, left, rooms = [], [], list(problems), []
+    reply = rep.exchange([], more=True, wait_s=30)
+    while len(answers) + len(errors) < len(problems):
+        rooms.append(reply["room"])
+        give, left = left[:reply["room"]], left[reply["room"]:]
+        reply = rep.exchange(give, more=bool(left), wait_s=30)
+        assert reply["failure"] is None
+        answers += reply["answers"]
+        errors += reply["errors"]
+    assert rooms[0] == 2 and all(0 <= r <= 2 for r in rooms)
+    assert rep.exchange([], more=False, wait_s=0)["room"] == 2  # everything returned: all room again
+    assert [e["id"] for e in errors] == ["too-long"] and "does not fit the model context" in errors[0]["error"]["message"]
+    assert errors[0]["error"]["where"].startswith("in.jsonl:99: field 'problem': ")
+    assert sorted(r["id"] for r, _ in answers) == sorted(p.id for p in problems[:5])  # each once
+    assert all(trace["id"] == record["id"] and trace["nodes"] for record, trace in answers)
+    # the records a one-process run writes for the same problems
+    want = run_in_process(load_models(settings), settings, cfg, "non-spec", problems[:5], max_concurrent=5)
+    strip = lambda recs: sorted(({k: v for k, v in r.items() if k != "time_s"} for r in recs), key=lambda r: r["id"])
+    assert strip([r for r, _ in answers]) == strip(want["records"])
+    stats = rep.fresh_stats()
+    assert (stats["problems_answered"], stats["errors"]) == (5, 1)
+    assert stats["generated_tokens"] == want["generated_tokens"]
+    rep.close()
+
+
+def test_replica_resources_split_cores_and_need_a_gpu_each():
+    from core.distributed.pool import replica_resources
+
+    assert replica_resources(2, "cpu", 2, 2, 0) == {"num_cpus": 1.0, "num_gpus": 0, "threads": 1}
+    assert replica_resources(1, "cpu", 16, 16, 0)["threads"] == 16
+    three = replica_resources(3, "cpu", 2, 2, 0)  # more replicas than cores: fractions that all fit
+    assert three["threads"] == 1 and 3 * three["num_cpus"] <= 2
+    assert replica_resources(4, "cpu", 64, 16, 0)["num_cpus"] == 16  # no more than one node has
+    assert replica_resources(8, "cuda", 64, 32, 8) == {"num_cpus": 1.0, "num_gpus": 1, "threads": None}
+    with pytest.raises(ValueError, match=r"--workers 4 on --device cuda needs 4 GPUs, one per replica; the Ray "
+                                         r"cluster has 2"):
+        replica_resources(4, "cuda", 64, 32, 2)
+
+
+def _snap(**kw):
+    base = dict(problems_total=None, problems_answered=0, errors=0, graded=0, correct=0, accuracy=None, wall_s=5.0,
+                eta_s=None, generated_tokens=0, tokens_per_s=0.0, tokens_per_s_now=None, engine_steps=0,
+                preemptions=0, running_sequences=0, kv_blocks_used=0, kv_blocks_total=100, kv_blocks_peak=0,
+                prm_kv_blocks_used=0, prm_kv_blocks_total=50, prm_kv_blocks_peak=0, prm_calls=0, prm_tasks=0,
+                prm_input_tokens=0, prm_computed_tokens=0, prm_mean_batch_tasks=None, prm_mean_batch_tokens=None,
+                prm_mean_batch_computed_tokens=None, flushes_by_trigger={}, pruned_by_rule={}, generation_s=0.0,
+                verification_s=0.0, peak_rss_bytes=1000)
+    return {**base, **kw}
+
+
+def test_replica_figures_add_up_to_the_run():
+    from core.distributed.figures import merge_snapshots, replica_row
+    from core.metrics import final_summary
+    from specscale_cli.dashboard import log_line, render_panel, summary_table
+
+    a = _snap(problems_answered=3, generated_tokens=300, engine_steps=10, kv_blocks_used=7, kv_blocks_peak=40,
+              prm_calls=2, prm_tasks=8, prm_input_tokens=800, prm_computed_tokens=200, tokens_per_s=60.0,
+              flushes_by_trigger={"eager": 2}, pruned_by_rule={"top-k": 4}, generation_s=2.0, peak_rss_bytes=5000)
+    b = _snap(problems_answered=1, generated_tokens=100, engine_steps=4, kv_blocks_used=1, kv_blocks_peak=9,
+              prm_calls=2, prm_tasks=4, prm_input_tokens=200, prm_computed_tokens=100, tokens_per_s=20.0,
+              flushes_by_trigger={"eager": 1, "idle": 1}, pruned_by_rule={"ep": 1}, generation_s=1.0,
+              peak_rss_bytes=7000)
+    rows = [replica_row({"replica": 0, "pid": 11, "node": "n1", "device": "cpu", "threads": 1, "status": "running"},
+                        a, 2),
+            replica_row({"replica": 1, "pid": 12, "node": "n2", "device": "cpu", "threads": 1, "status": "lost"},
+                        b, 0)]
+    counts = {"done": 5, "errors": 1, "graded": 4, "correct": 2, "correct_best": 2}
+    snap = merge_snapshots([a, b], rows, counts, total=10, wall_s=4.0, tokens_per_s_now=90.0, answered_here=4,
+                           problem_seconds=8.0, in_flight_ages=[1.0, 1.0], driver_peak_rss=6000)
+    # the driver's counts (a resumed run's kept records included), not the replicas' own
+    assert (snap["problems_answered"], snap["errors"], snap["accuracy"], snap["accuracy_best"]) == (5, 1, 0.5, 0.5)
+    assert (snap["generated_tokens"], snap["engine_steps"], snap["kv_blocks_used"]) == (400, 14, 8)
+    assert (snap["kv_blocks_total"], snap["kv_blocks_peak"], snap["prm_calls"]) == (200, 49, 4)
+    assert snap["tokens_per_s"] == 100.0 and snap["tokens_per_s_now"] == 90.0 and snap["wall_s"] == 4.0
+    assert snap["prm_mean_batch_tasks"] == 3.0 and snap["prm_mean_batch_tokens"] == 250.0  # from the sums
+    assert snap["flushes_by_trigger"] == {"eager": 3, "idle": 1} and snap["pruned_by_rule"] == {"ep": 1, "top-k": 4}
+    assert snap["peak_rss_bytes"] == 7000 and snap["generation_s"] == 3.0 and snap["eta_s"] > 0
+    assert [r["in_flight"] for r in snap["replicas"]] == [2, 0] and snap["replicas"][1]["status"] == "lost"
+    summary = final_summary(snap, {"policy": "non-spec"})
+    assert summary["replicas"][0] == {"replica": 0, "pid": 11, "node": "n1", "device": "cpu", "threads": 1,
+                                      "status": "running", "problems_answered": 3, "errors": 0,
+                                      "generated_tokens": 300, "tokens_per_s": 60.0, "wall_s": 5.0,
+                                      "generation_s": 2.0, "verification_s": 0.0, "prm_calls": 2, "engine_steps": 10,
+                                      "preemptions": 0, "kv_blocks_total": 100, "kv_blocks_peak": 40,
+                                      "prm_kv_blocks_total": 50, "prm_kv_blocks_peak": 0, "peak_rss_bytes": 5000}
+    # the dashboard: one line per replica on the panel and in log lines, and in the summary table
+    full = {**_snap(), **snap, "waiting_sequences": 0, "logical_candidates": 0, "queue_tasks": 0, "queue_tokens": 0,
+            "pruned_ep": 0, "cd_saved_tokens": 0, "prm_preemptions": 0, "prm_queued_s": 0.0}
+    console = Console(file=io.StringIO(), width=300)
+    console.print(render_panel(full, width=200))
+    panel = console.file.getvalue()
+    assert "replica 0" in panel and "3 answered · 2 in flight · 60.0 tok/s · KV 7/100 · PRM KV 0/50 · pid 11 on n1" \
+        in panel
+    assert "LOST · 1 answered" in panel
+    assert "| replica 1: LOST · 1 answered · 0 in flight" in log_line(full)
+    console = Console(file=io.StringIO(), width=300)
+    console.print(summary_table({**full, "cancelled_by_rule": {}, "prm_mean_batch_computed_tokens": 1.0}))
+    assert "lost; 1 answered, 100 tokens (20.0 tok/s), peak KV 9/100, pid 12 on n2" in console.file.getvalue()
+
+
 # ------------------------------------------------------------------ without Ray, one worker
 
 
@@ -151,6 +275,22 @@ def test_one_worker_runs_in_process_without_importing_ray(tiny_dir, tmp_path):
     assert len(records(out)) == 2
 
 
+def test_an_address_where_no_cluster_answers_is_a_usage_error(tiny_dir, tmp_path):
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        out = tmp_path / "out"
+        res = run_solve([str(GSM8K), "-o", str(out), "--workers", "2", "--ray-address", f"127.0.0.1:{port}"],
+                        tiny_dir)
+    assert res.exit_code == 2, res.output
+    assert f"Error: cannot start or join the Ray cluster at 127.0.0.1:{port}: nothing answers at 127.0.0.1:{port}" \
+        in res.output
+    assert not out.exists()  # a run that never started leaves no folder
+
+
 def test_ray_address_needs_several_workers(tiny_dir, tmp_path):
     res = run_solve([str(GSM8K), "-o", str(tmp_path / "out"), "--ray-address", "auto"], tiny_dir)
     assert res.exit_code == 2
@@ -171,6 +311,7 @@ def test_two_workers_give_the_same_records_and_traces_as_one(tiny_dir, problems,
     assert without_timing(records(out)) == reference[0]
     _same_traces(_traces(out), reference[1])
     summary = orjson.loads((out / "summary.json").read_bytes())
+    assert set(summary) == SUMMARY_KEYS | {"replicas"}  # the one-process run's figures, and one row per replica
     rows = summary["replicas"]
     assert [r["replica"] for r in rows] == [0, 1] and all(r["status"] == "running" for r in rows)
     # both replicas worked, and their figures add up to the run's
@@ -276,3 +417,76 @@ def test_ctrl_c_stops_every_replica_and_prints_the_resume_command(tiny_dir, prob
     assert res.exit_code == 0, res.output
     _each_id_once(out, problems)
     assert without_timing(records(out)) == reference[0]
+
+
+# ------------------------------------------------------------------ an existing cluster (--ray-address)
+
+_CLUSTER = """
+import os, sys
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+import ray
+ray.init(num_cpus=2, object_store_memory=100 << 20, include_dashboard=False, log_to_driver=False,
+         _node_ip_address="127.0.0.1")
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()  # the cluster lives until the test closes this pipe
+ray.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The address of a Ray cluster started for this module by a process of its own (not by `solve`)."""
+    pytest.importorskip("ray")
+    proc = subprocess.Popen([sys.executable, "-c", _CLUSTER], cwd=ROOT, env=ENV, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        address = proc.stdout.readline().decode().strip()
+        assert address, "the cluster did not start"
+        yield address, proc
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+# Ray (2.5x) gives a new cluster a token (~/.ray/auth_token) and sends it to an address given by name
+# only when asked to
+TOKEN_ENV = {**ENV, "RAY_AUTH_MODE": "token"}
+
+
+@pytest.mark.slow
+def test_ray_address_joins_a_running_cluster(tiny_dir, problems, reference, cluster, tmp_path):
+    address, holder = cluster
+    out = tmp_path / "out"
+    proc = subprocess.run(_solve_cmd(problems, "-o", out, "--workers", 2, "--ray-address", address,
+                                     *tiny_flags(tiny_dir), *SLOW), cwd=ROOT, env=TOKEN_ENV, capture_output=True,
+                          timeout=900)
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 0, stderr
+    _each_id_once(out, problems)
+    assert without_timing(records(out)) == reference[0]
+    assert orjson.loads((out / "run.json").read_bytes())["info"]["ray_address"] == address
+    # the replicas end with the run; the cluster, not this run's, goes on
+    assert all(_gone(pid) for pid in _replica_pids(stderr).values())
+    assert holder.poll() is None
+
+
+@pytest.mark.slow
+def test_bench_scale_reports_each_worker_count_on_the_same_problems(tiny_dir, cluster, tmp_path):
+    address, _ = cluster
+    proc = subprocess.run([sys.executable, "-m", "specscale_cli", "bench", "scale", "--workers", "1,2", "--json",
+                           "--limit", "6", "--ray-address", address, "-o", str(tmp_path / "bench"),
+                           *tiny_flags(tiny_dir)], cwd=ROOT, env=TOKEN_ENV, capture_output=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr.decode()
+    result = orjson.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert result == orjson.loads((tmp_path / "bench" / "results.json").read_bytes())
+    one, two = result["runs"]
+    assert (one["workers"], two["workers"]) == (1, 2) and one["problems"] == two["problems"] == 6
+    assert one["same_records_as_one_worker"] is two["same_records_as_one_worker"] is True
+    assert one["generated_tokens"] == two["generated_tokens"] > 0  # the same search, so the same tokens
+    assert one["vs_one_worker"] == 1.0
+    assert two["vs_one_worker"] == pytest.approx(two["tokens_per_s"] / one["tokens_per_s"], rel=1e-2)
+    assert two["problems_per_s"] == pytest.approx(6 / two["wall_s"], rel=1e-2)
+    assert two["threads_per_worker"] == 1 and one["threads_per_worker"] >= 1

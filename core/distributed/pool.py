@@ -86,6 +86,7 @@ class RaySession:
                       namespace="specscale", ignore_reinit_error=False)
         try:
             if self.address:
+                _probe(self.address)
                 ray.init(address=self.address, **common)
             else:
                 cuda = str(self.device).startswith("cuda")
@@ -117,6 +118,25 @@ class RaySession:
             gpus += res.get("GPU", 0.0)
             most = max(most, res.get("CPU", 0.0))
         return cpus, most, gpus
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a ``host:port`` (or ``ray://host:port``) that accepts no connection: Ray itself
+    retries such an address for minutes before it gives up.
+
+    Raises:
+        ConnectionError: nothing listens there (or the host is unknown).
+    """
+    import socket
+
+    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {hostport} ({exc.strerror or exc})") from exc
 
 
 class _signals_ignored:
@@ -362,6 +382,23 @@ class ReplicaPool:
                     call(i, take(reply["room"]))
             if on_poll is not None:
                 on_poll()
+        self.refresh_stats()
+
+    def refresh_stats(self, timeout_s: float = 10.0) -> None:
+        """Fetch every running replica's figures as they are now (a reply's may be a moment old)."""
+        import ray
+
+        refs = {self.actors[i].fresh_stats.remote(): i for i in self.live}
+        if not refs:
+            return
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        for ref in ready:
+            try:
+                snap = ray.get(ref)
+            except ray.exceptions.RayError:
+                continue  # lost right at the end: its last figures stay
+            if snap is not None:
+                self._snaps[refs[ref]] = snap
 
     def _lose(self, i: int, exc: BaseException) -> list[Problem]:
         """Mark replica ``i`` lost; returns its problems in flight in input order."""

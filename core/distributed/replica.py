@@ -66,6 +66,7 @@ class Replica:
         self._counts = {"done": 0, "errors": 0, "graded": 0, "correct": 0,
                         **{f"correct_{rule}": 0 for rule in PICK_FIELDS}}
         self._snap: dict | None = None
+        self._snap_count = 0  # snapshots taken so far (fresh_stats waits for the next one)
         self._next_snap = 0.0
         self._runtime = None
         self._driver = None
@@ -98,6 +99,7 @@ class Replica:
         except (ModelLoadError, ValueError) as exc:
             return {"error": str(exc), "pid": os.getpid(), "node": socket.gethostname()}
         self._runtime = runtime
+        start_grading()
         self._driver = SearchDriver(runtime.engine, runtime.generator.tokenizer, runtime.generator.eos_token_ids,
                                     runtime.verifier, runtime.scorer, self.search_cfg, policy=self.policy,
                                     max_concurrent=self.max_concurrent, on_result=self._on_result,
@@ -136,6 +138,21 @@ class Replica:
         return {"answers": [(record, trace) for kind, record, trace in out if kind == "answer"],
                 "errors": [record for kind, record, _ in out if kind == "error"],
                 "room": room, "stats": self._snap, "failure": self._failure}
+
+    def fresh_stats(self, timeout_s: float = 10.0) -> dict | None:
+        """A snapshot taken after this call began (the run's final figures), or the latest one when
+        the search thread takes none within ``timeout_s`` seconds."""
+        with self._cond:
+            seen = self._snap_count
+            self._next_snap = 0.0
+            self._cond.notify_all()  # an idle search thread wakes, sees the snapshot due and takes it
+            deadline = time.monotonic() + timeout_s
+            while self._snap_count == seen and not (self._finished or self._failure):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+        return self._snap
 
     def pid(self) -> int:
         """This replica's process id."""
@@ -215,3 +232,14 @@ class Replica:
         rt = self._runtime
         # replaced whole: the exchange thread only ever reads a finished snapshot
         self._snap = snapshot(self._driver.stats, rt.engine, rt.verifier, dict(self._counts), None, None)
+        with self._cond:
+            self._snap_count += 1
+            self._cond.notify_all()
+
+
+def start_grading() -> None:
+    """Start this process's math-verify child now, while the replica loads, rather than at its
+    first answer (a second or so of the first problem's time otherwise)."""
+    from core.grading.equivalence import grade
+
+    grade("1", "2")
