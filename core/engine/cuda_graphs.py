@@ -132,5 +132,6 @@ class DecodeGraphs:
             return output[:n].clone()
         if not logit_rows:
             return output[:0].clone()
-        index = torch.tensor(logit_rows, dtype=torch.long).to(output.device, non_blocking=True)
+        index = torch.tensor(logit_rows, dtype=torch.long, pin_memory=output.is_cuda).to(output.device,
+                                                                                         non_blocking=True)
         return output.index_select(0, index)

@@ -76,6 +76,14 @@ class RowRequest:
     draws: list[tuple[int, int]]
 
 
+def _to_device(data: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list on ``device``; on CUDA through pinned memory, so the copy neither blocks the host
+    nor waits for the device (a copy from pageable memory may)."""
+    if device.type == "cpu":
+        return torch.tensor(data, dtype=dtype)
+    return torch.tensor(data, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
+
+
 def sample(logits: torch.Tensor, rows: list[RowRequest]) -> list[list[int]]:
     """Draw tokens for every row, reading the drawn ids back with one device-to-host copy.
 
@@ -105,7 +113,7 @@ def sample(logits: torch.Tensor, rows: list[RowRequest]) -> list[list[int]]:
         if req.temperature != 0 and req.draws:
             by_setting.setdefault((req.temperature, req.top_p), []).append(r)
     for (temperature, top_p), members in by_setting.items():
-        index = torch.tensor(members, dtype=torch.long).to(device, non_blocking=True)
+        index = _to_device(members, torch.long, device)
         probs = torch.softmax(logits.index_select(0, index) / temperature, dim=-1)
         order = None
         if top_p < 1.0:
@@ -114,7 +122,7 @@ def sample(logits: torch.Tensor, rows: list[RowRequest]) -> list[list[int]]:
         # padding draws (rows with fewer draws than the widest) look up 0 and are dropped below
         uniforms = [[uniform(seed, pos) for seed, pos in rows[r].draws] + [0.0] * (width - len(rows[r].draws))
                     for r in members]
-        u = torch.tensor(uniforms, dtype=torch.float64).to(device, non_blocking=True) * cdf[:, -1:]
+        u = _to_device(uniforms, torch.float64, device) * cdf[:, -1:]
         idx = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1)
         if order is not None:
             idx = order.gather(1, idx)

@@ -111,7 +111,9 @@ class FlashInferBackend(AttentionBackend):
         return list(torch.split(host, [len(a) for a in arrays]))
 
     def rows_tensor(self, rows: list[int]) -> torch.Tensor:
-        return torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)
+        """Packed-row indices on the device (through pinned memory on CUDA: no host-device wait)."""
+        pin = self.device.type == "cuda"
+        return torch.tensor(rows, dtype=torch.long, pin_memory=pin).to(self.device, non_blocking=True)
 
     # ------------------------------------------------------------------ wrappers
     def wrappers(self, key: tuple) -> _Wrappers:
@@ -139,6 +141,8 @@ class FlashInferBackend(AttentionBackend):
         """True when some group of this plan's decode rows runs the cascade (full-attention layers)."""
         if not self.use_cascade or len(plan.decode_rows) < 2:
             return False
+        if self.keys_seen and all(window is not None for window, _ in self.keys_seen):
+            return False  # every layer is windowed: the cascade never runs
         split = split_decode(plan.decode_tables, plan.decode_lengths, plan.block_size, None, True)
         return split.cascade is not None
 
