@@ -265,3 +265,11 @@ def test_sampler_reads_the_device_once_per_call(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "item", lambda self: pytest.fail("sample() called .item()"))
     assert sample(logits, rows) == expected
     assert reads == [torch.Size([16, 4])]  # one [rows, most draws] read, whatever the rows
+
+
+def test_a_preset_naming_an_unknown_backend_is_refused():
+    from core.presets import model_settings_problems
+
+    assert model_settings_problems({"attention_backend": "sdpa"}) == [
+        ("attention_backend", "unknown attention backend 'sdpa'; choose one of auto, torch, flashinfer")]
+    assert model_settings_problems({"attention_backend": "flashinfer", "enforce_eager": True}) == []

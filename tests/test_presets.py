@@ -100,7 +100,7 @@ def test_every_field_has_a_flag_that_overrides_it(any_device):
     args = ["--preset", "smollm2-cpu", "--policy", "specscale", "--generator", "gen-x", "--prm", "prm-y", "--scorer", "lm-judge",
             "--dtype", "bfloat16", "--device", "cuda", "--block-size", "8", "--kv-cache-gb", "0.5",
             "--prm-kv-cache-gb", "0.25", "--max-num-seqs", "7", "--max-num-batched-tokens", "99",
-            "--max-model-len", "1234", "--no-prefix-caching",
+            "--max-model-len", "1234", "--no-prefix-caching", "--attention-backend", "torch", "--enforce-eager",
             "-n", "6", "-m", "3", "--temperature", "0.5", "--top-p", "0.9", "--max-steps", "5",
             "--step-delimiter", "\\t", "--max-step-tokens", "33", "--max-tokens", "300", "--aggregation", "min",
             "--seed", "7", "--system-prompt", "", "--no-ep", "--no-cd", "--perfect-score", "2",
@@ -110,7 +110,7 @@ def test_every_field_has_a_flag_that_overrides_it(any_device):
     assert models == {"generator": "gen-x", "prm": "prm-y", "scorer": "lm-judge", "dtype": "bfloat16",
                       "device": "cuda", "block_size": 8, "gen_kv_bytes": GIB // 2, "prm_kv_bytes": GIB // 4,
                       "max_num_seqs": 7, "max_num_batched_tokens": 99, "max_model_len": 1234,
-                      "enable_prefix_caching": False}
+                      "enable_prefix_caching": False, "attention_backend": "torch", "enforce_eager": True}
     assert search == {"beam_size": 6, "beam_width": 3, "temperature": 0.5, "top_p": 0.9, "max_steps": 5,
                       "step_delimiter": "\t", "max_step_tokens": 33, "max_tokens": 300, "aggregation": "min",
                       "seed": 7, "system_prompt": "", "early_pruning": False, "dedup": False,
@@ -195,8 +195,8 @@ beam_width = 4
      ":6: [models] device: unknown device 'tpu'; use cpu or cuda[:index]"),
     ("gen_kv_gb = 1.5", 'gen_kv_gb = 1.5\ndtype = "int3"', ":6: [models] dtype: unknown dtype 'int3'"),
     ('generator = "g"', 'generator = "g"\nbeam_size = 8',
-     ":4: [models] beam_size: unknown field; known fields: block_size, device, dtype, enable_prefix_caching, "
-     "gen_kv_bytes, gen_kv_gb, generator, max_model_len, "),
+     ":4: [models] beam_size: unknown field; known fields: attention_backend, block_size, device, dtype, "
+     "enable_prefix_caching, enforce_eager, gen_kv_bytes, gen_kv_gb, generator, max_model_len, "),
     ("[search]", "[serach]", ": unknown table or key(s): serach (expected description, [models], [search])"),
     ("beam_size = 8", "beam_size = ", ": invalid TOML: "),
 ])
