@@ -75,6 +75,7 @@ class AttentionBackend:
     name = "base"
 
     def prepare(self, plan: AttentionPlan, slot_mapping):
+        """The step's metadata for ``plan``; ``slot_mapping``: LongTensor ``[T]`` on the KV device."""
         raise NotImplementedError
 
 

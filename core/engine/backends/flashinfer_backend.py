@@ -132,7 +132,10 @@ class FlashInferBackend(AttentionBackend):
         return dict(window_left=-1 if window is None else window - 1, sm_scale=scaling, q_data_type=dtype,
                     kv_data_type=self.kv.data.dtype)
 
-    def plan_decode(self, wrapper, kv: PagedKV, window, scaling, dtype) -> None:
+    def plan_decode(self, wrapper, kv: PagedKV, window: int | None, scaling: float | None, dtype: torch.dtype) -> None:
+        """Plan a decode wrapper for the requests of ``kv`` (one query each; FlashInfer's
+        ``BatchDecodeWithPagedKVCacheWrapper.plan``: int32 ``indptr [B + 1]``, ``indices [indptr[-1]]``,
+        ``last_page_len [B]``, heads, head size, page size; window, scale and dtypes by keyword)."""
         indptr, indices, last = self.host_int32(kv.indptr, kv.indices, kv.last_page_len)
         wrapper.plan(indptr, indices, last, self.num_qo_heads, self.num_kv_heads, self.head_dim, self.page_size,
                      **self.plan_kwargs(window, scaling, dtype))
