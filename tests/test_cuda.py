@@ -87,8 +87,9 @@ def layer_outputs(engine, prompts, steps: int):
     hooks = [layer.self_attn.register_forward_hook(lambda m, a, o: got.append(o[0].float().cpu()))
              for layer in engine.model.model.layers]
     try:
+        sampling, stop = greedy(steps)
         for p in prompts:
-            engine.add(p, *greedy(steps))
+            engine.add(p, sampling=sampling, stop=stop)
         for _ in range(steps):
             engine.step()
     finally:
