@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-import torch
 
 from core.models.loader import attention_problems
 
