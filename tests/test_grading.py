@@ -7,28 +7,20 @@ import pytest
 from core.grading.equivalence import answers_equivalent, canonical_answer, grade
 from core.grading.extract import extract_answer, final_boxes, gsm8k_hash_answer, last_boxed, leading_expression
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FIXTURES = Path(__file__).resolve().parent / "data"
+
+
+def _examples(name: str) -> list[dict]:
+    """The bundled example problems (with reference solutions) of ``examples/``."""
+    with (EXAMPLES / name).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _fixture_answers() -> list[dict]:
     """The 500 MATH-500 gold answers (id + answer), see tests/data/README.md."""
     with (FIXTURES / "math500_answers.jsonl").open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def _first_rows(name: str, n: int = 50) -> list[dict]:
-    path = DATA / name
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                rows.append(json.loads(line))
-            if len(rows) == n:
-                break
-    return rows
 
 
 # --- extraction -------------------------------------------------------------
@@ -152,14 +144,17 @@ def test_canonical_answer():
 
 
 def test_math500_reference_solutions():
-    rows = _first_rows("math500_test.jsonl")
-    ok = [answers_equivalent(extract_answer(r["solution"]), r["answer"]) for r in rows]
-    misses = [(r["id"], extract_answer(r["solution"]), r["answer"]) for r, good in zip(rows, ok) if not good]
-    assert sum(ok) >= 48, misses
+    rows = _examples("math500_sample.jsonl")
+    misses = [
+        (r["id"], extract_answer(r["solution"]), r["answer"])
+        for r in rows
+        if not answers_equivalent(extract_answer(r["solution"]), r["answer"], r["problem"])
+    ]
+    assert misses == []
 
 
 def test_gsm8k_reference_solutions():
-    rows = _first_rows("gsm8k_test.jsonl")
+    rows = _examples("gsm8k_sample.jsonl")
     misses = [
         (r["id"], extract_answer(r["solution"]), r["answer"])
         for r in rows
