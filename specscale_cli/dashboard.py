@@ -59,6 +59,10 @@ def _accuracy(snap: dict) -> str:
     return f"{snap['correct']}/{snap['graded']} ({100 * snap['accuracy']:.1f}%)"
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def _rules(by_rule: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in by_rule.items()) or "none"
 
@@ -195,6 +199,11 @@ def summary_table(summary: dict) -> Table:
     table.add_row("peak KV", f"generator {_int(s['kv_blocks_peak'])}/{_int(s['kv_blocks_total'])} blocks, "
                              f"PRM {_int(s['prm_kv_blocks_peak'])}/{_int(s['prm_kv_blocks_total'])}; "
                              f"{_n(s['preemptions'], 'preemption')} (PRM {s['prm_preemptions']})")
+    if s.get("peak_rss_bytes"):
+        table.add_row("memory", f"peak resident {s['peak_rss_bytes'] / 2**30:.2f} GiB")
+    if s.get("accuracy_weighted") is not None or s.get("accuracy_majority") is not None:
+        table.add_row("selections", ", ".join(f"{rule} {_pct(s.get(f'accuracy_{rule}'))}"
+                                               for rule in ("best", "weighted", "majority")))
     for r in s.get("replicas") or []:
         where = f", pid {r['pid']} on {r['node']}" if r.get("pid") else ""
         table.add_row(f"replica {r['replica']}",

@@ -122,6 +122,7 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
     """Everything after the checks: load, write run.json, search, summarise. Returns the exit code."""
     from core.distributed import ReplicasLost
     from core.io.durable import OutputWriteError
+    from core.io.output_folder import OutputFolderError, check_used_context
     from core.io.resume import RUN_FILENAME, SkipCounts, skip_done, write_run_config
     from core.io.writers import ANSWERS_FILENAME, SUMMARY_FILENAME
     from core.search.config import PICK_FIELDS
@@ -169,6 +170,12 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
         prepared.discard()
         click.echo(f"error: {exc}; nothing was solved", err=True)
         return EXIT_REPLICAS_LOST
+    try:
+        check_used_context(prepared, max_len)
+    except OutputFolderError as exc:
+        if pool is not None:
+            pool.close()
+        raise click.UsageError(str(exc)) from exc
     run_cfg["models"]["max_model_len"] = max_len
     run_cfg["info"]["prm_max_model_len"] = prm_max_len
     try:
@@ -254,6 +261,8 @@ def _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurre
 
     try:
         session = cleanup.enter_context(RaySession(ray_address, settings.device))
+    except Interrupted:
+        raise
     except Exception as exc:  # noqa: BLE001 - Ray raises several kinds for a cluster it cannot reach
         where = f"the Ray cluster at {ray_address}" if ray_address else "a local Ray cluster"
         # Ray sends its token only where RAY_AUTH_MODE=token asks it to (never by default to an address)

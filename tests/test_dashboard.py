@@ -200,7 +200,7 @@ def test_solve_writes_summary_json(tiny_dir, tmp_path):
     assert set(cfg["search"]) == {f.name for f in fields(SearchConfig)}
     given = dict(beam_size=4, beam_width=2, max_steps=2, step_delimiter="e", max_step_tokens=32)
     assert {k: cfg["search"][k] for k in given} == given
-    assert cfg["search"]["lv_threshold"] == SearchConfig().lv_threshold
+    assert cfg["search"]["lv_threshold"] == 1024  # the smollm2-cpu preset's measured threshold
     assert "run summary" in res.output and "summary.json" in res.output
 
 

@@ -258,3 +258,22 @@ def test_sigint_stops_a_real_process_and_resume_finishes(tiny_dir, tmp_path):
     recs = records(out)
     assert recs[: len(first)] == first
     assert sorted(r["id"] for r in recs) == sorted(orjson.loads(line)["id"] for line in problems.splitlines())
+
+
+def test_resume_compares_the_context_the_engine_used(tiny_dir, tmp_path):
+    """run.json records the context the engine used (--max-model-len capped by the model's 1024):
+    the same flags resume; a run that would use another context is refused unless --force."""
+    out = tmp_path / "out"
+    res = run_solve([str(GSM8K), "--limit", "1", "-o", str(out)], tiny_dir, max_model_len=4096)
+    assert res.exit_code == 0, res.output
+    assert orjson.loads((out / RUN_FILENAME).read_bytes())["models"]["max_model_len"] == 1024
+    res = run_solve([str(GSM8K), "--limit", "2", "-o", str(out), "--resume"], tiny_dir, max_model_len=4096)
+    assert res.exit_code == 0, res.output
+    assert len(records(out)) == 2
+    res = run_solve([str(GSM8K), "--limit", "3", "-o", str(out), "--resume"], tiny_dir, max_model_len=512)
+    assert res.exit_code == 2
+    assert "records a context of 1024 tokens but this run's engine uses 512" in res.output
+    assert len(records(out)) == 2
+    res = run_solve([str(GSM8K), "--limit", "3", "-o", str(out), "--resume", "--force"], tiny_dir, max_model_len=512)
+    assert res.exit_code == 0, res.output
+    assert orjson.loads((out / RUN_FILENAME).read_bytes())["models"]["max_model_len"] == 512

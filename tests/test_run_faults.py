@@ -398,22 +398,22 @@ def test_failed_model_load_leaves_no_folder(tmp_path):
 
 
 def test_prm_preemptions_are_counted(tiny_loaded):
-    """A PRM pool that holds barely more than one sequence preempts in flushes; the summary says so."""
-    from core.io.problems import Problem
+    """Preemptions in the PRM's engine are reported apart from the generator's (summary.json,
+    dashboard): here only the PRM engine's small pool overflows."""
+    from core.engine.sequence import SamplingParams, StopCriteria
     from core.metrics import snapshot
-    from core.search.config import SearchConfig
-    from core.search.driver import SearchDriver
+    from core.search.driver import RunStats
     from core.settings import ModelSettings
     from core.solver import build_runtime
 
-    settings = ModelSettings(gen_kv_bytes=8 << 20, prm_kv_bytes=40 * 4 * 256, block_size=4, max_model_len=160)
+    settings = ModelSettings(gen_kv_bytes=8 << 20, prm_kv_bytes=20 * 4 * 256, block_size=4, max_model_len=64,
+                             max_num_batched_tokens=32)
     rt = build_runtime(settings, generator=tiny_loaded, prm=tiny_loaded)
-    problems = [Problem(f"p{i}", f"What is {i} + {i}? Explain each step.", None, i) for i in range(4)]
-    cfg = SearchConfig(beam_size=4, beam_width=2, max_steps=2, step_delimiter="e", max_step_tokens=24,
-                       max_tokens=96, temperature=1.0)
-    driver = SearchDriver(rt.engine, tiny_loaded.tokenizer, tiny_loaded.eos_token_ids, rt.verifier, rt.scorer, cfg,
-                          max_concurrent=4)
-    stats = driver.run(problems)
-    snap = snapshot(stats, rt.engine, rt.verifier, {"done": 4, "errors": 0, "graded": 0, "correct": 0}, 4)
-    assert snap["prm_preemptions"] == rt.verifier.engine.scheduler.num_preemptions > 0
-    assert snap["preemptions"] == rt.engine.scheduler.num_preemptions
+    prm_engine = rt.verifier.engine
+    prompts = [list(range(100 + i, 105 + 3 * i)) for i in range(8)]
+    seqs = prm_engine.generate(prompts, SamplingParams(temperature=0), StopCriteria(step_delimiter=None, max_tokens=30))
+    for s in seqs:
+        prm_engine.free(s)
+    snap = snapshot(RunStats(), rt.engine, rt.verifier, {"done": 0, "errors": 0, "graded": 0, "correct": 0}, 0)
+    assert snap["prm_preemptions"] == prm_engine.num_preemptions > 0
+    assert snap["preemptions"] == rt.engine.num_preemptions == 0

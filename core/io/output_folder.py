@@ -35,6 +35,8 @@ PROBE_BYTES = 64 << 10
 _LEFTOVER_PATTERNS = (f"{TMP_PREFIX}*{TMP_SUFFIX}", ".*.tmp", ".write-test")
 # the top-level keys every run.json written by `solve` has
 RUN_CONFIG_KEYS = ("version", "policy", "models", "search", "input")
+# run.json's record of the context limit the generator engine used
+USED_CONTEXT = "models.max_model_len"
 
 
 class OutputFolderError(Exception):
@@ -201,6 +203,8 @@ class PreparedOutput:
         created: True when this run created it (:meth:`discard` then removes it again).
         lock: the folder's lock, held until :meth:`close`.
         done: records of an earlier run that a resumed run skips (empty otherwise).
+        previous: the earlier run's run.json on ``--resume`` (None otherwise, or unreadable).
+        force: ``--force`` was given (differing settings are accepted).
         notes: one-line notices for the user (leftovers removed, a repaired answers file, a
             run.json moved aside), in the order they happened.
     """
@@ -210,6 +214,8 @@ class PreparedOutput:
     lock: RunLock
     done: DoneRecords = field(default_factory=DoneRecords)
     notes: list[str] = field(default_factory=list)
+    previous: dict | None = None
+    force: bool = False
 
     def close(self) -> None:
         """Release the lock; the folder and its content stay."""
@@ -270,7 +276,7 @@ def prepare_output(out: Path, config: dict, *, overwrite: bool, resume: bool, fo
         if created:
             shutil.rmtree(out, ignore_errors=True)
         raise
-    prepared = PreparedOutput(out, created, lock)
+    prepared = PreparedOutput(out, created, lock, force=force)
     try:
         _prepare_locked(prepared, config, overwrite, resume, force, traces)
     except BaseException:
@@ -328,7 +334,11 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
     if previous is None and has_answers and not force:
         raise OutputFolderError(f"{run_json} is missing, so the settings behind {answers} cannot be checked; pass "
                                 f"--force to resume anyway")
-    diffs = config_differences(previous, config) if previous is not None else []
+    prepared.previous = previous
+    # the context limit an engine uses is the flag capped by the model's own, known only once the
+    # model loads: run.json records the used value, so it is compared after loading
+    # (core.io.output_folder.check_used_context), not here
+    diffs = config_differences(previous, config, ignore=(USED_CONTEXT,)) if previous is not None else []
     if diffs and not force:
         raise OutputFolderError(f"{run_json} records other settings than this run ({'; '.join(diffs)}); rerun with "
                                 f"the same settings, or pass --force to resume anyway")
@@ -339,3 +349,22 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
         prepared.done = scan_answers(answers)
     except OSError as exc:
         raise OutputFolderError(f"{answers}: cannot be read or repaired: {exc.strerror or exc}") from exc
+
+
+def check_used_context(prepared: PreparedOutput, used: int) -> None:
+    """On ``--resume``, refuse a run whose engine uses another context limit than the earlier one.
+
+    ``--max-model-len`` is capped by the model's own limit, so only the value the engine really
+    uses (known once the model is loaded) says whether two runs generate alike; run.json records it.
+
+    Raises:
+        OutputFolderError: the earlier run recorded another limit (unless ``--force``).
+    """
+    previous = prepared.previous
+    if prepared.force or not previous:
+        return
+    recorded = previous.get("models", {}).get("max_model_len")
+    if recorded is not None and recorded != used:
+        raise OutputFolderError(f"{prepared.out / RUN_FILENAME} records a context of {recorded} tokens but this run's "
+                                f"engine uses {used} (--max-model-len, capped by the model's limit); rerun with "
+                                f"--max-model-len {recorded}, or pass --force to resume anyway")

@@ -242,11 +242,11 @@ def _flatten(value, prefix: str = "") -> dict[str, object]:
     return {prefix[:-1]: value}
 
 
-def config_differences(old: dict, new: dict) -> list[str]:
+def config_differences(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> list[str]:
     """The settings that differ between two run configs, as ``"search.beam_size: 4 -> 8"``.
 
-    Everything but the :data:`INFO_KEY` part is compared, field by field; a field present on one
-    side only counts as a difference (shown as ``missing``).
+    Everything but the :data:`INFO_KEY` part and the dotted fields in ``ignore`` is compared, field
+    by field; a field present on one side only counts as a difference (shown as ``missing``).
 
     Returns:
         One string per differing field, sorted by field name; empty when the configs match.
@@ -255,6 +255,8 @@ def config_differences(old: dict, new: dict) -> list[str]:
     b = _flatten({k: v for k, v in new.items() if k != INFO_KEY})
     diffs = []
     for key in sorted(set(a) | set(b)):
+        if key in ignore:
+            continue
         if a.get(key, KeyError) != b.get(key, KeyError):
             show = lambda d: orjson.dumps(d[key]).decode() if key in d else "missing"  # noqa: E731
             diffs.append(f"{key}: {show(a)} -> {show(b)}")
