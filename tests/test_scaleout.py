@@ -169,6 +169,17 @@ def test_replica_exchange_hands_back_every_record_once_and_counts_its_room(tiny_
     rep.close()
 
 
+def test_record_differences_name_each_field_that_differs():
+    from core.distributed.bench import record_differences
+
+    rec = {"id": "a", "pred": "4", "time_s": 1.0, "completions": [{"text": "x", "path_score": 0.5, "step_scores": [0.5]}]}
+    other = {**rec, "time_s": 9.0, "completions": [{"text": "x", "path_score": 0.500001, "step_scores": [0.5]}]}
+    assert record_differences([rec], [other]) == {"completions.path_score": 1}
+    assert record_differences([rec], [{**other, "pred": "5"}]) == {"completions.path_score": 1, "pred": 1}
+    assert record_differences([rec], [{**rec, "time_s": 2.0}]) == {}  # timing is not a difference
+    assert record_differences([rec], [{**rec, "id": "b"}]) == {"id": 2}
+
+
 def test_replica_resources_split_cores_and_need_a_gpu_each():
     from core.distributed.pool import replica_resources
 
@@ -485,6 +496,7 @@ def test_bench_scale_reports_each_worker_count_on_the_same_problems(tiny_dir, cl
     one, two = result["runs"]
     assert (one["workers"], two["workers"]) == (1, 2) and one["problems"] == two["problems"] == 6
     assert one["same_records_as_one_worker"] is two["same_records_as_one_worker"] is True
+    assert two["same_answers_as_one_worker"] is True and two["differences_from_one_worker"] == {}
     assert one["generated_tokens"] == two["generated_tokens"] > 0  # the same search, so the same tokens
     assert one["vs_one_worker"] == 1.0
     assert two["vs_one_worker"] == pytest.approx(two["tokens_per_s"] / one["tokens_per_s"], rel=1e-2)

@@ -21,8 +21,38 @@ from typing import Callable, Sequence
 from core.io.problems import Problem
 
 
+# record fields that carry fp32 scores (rounded to 6 decimals): a score computed in a batch of
+# another shape can differ in its last digit (docs/design.md, "Scale-out")
+SCORE_FIELDS = ("step_scores", "path_score", "vote_weight")
+
+
 def _without_timing(records: list[dict]) -> list[dict]:
     return sorted(({k: v for k, v in r.items() if k != "time_s"} for r in records), key=lambda r: str(r["id"]))
+
+
+def record_differences(got: list[dict], want: list[dict]) -> dict[str, int]:
+    """How many values of each record field differ between two runs' records (``time_s`` aside).
+
+    Keys are field names, ``completions.<field>`` for the fields of the N completions, and ``id``
+    when the two runs did not answer the same problems. Empty when the records are equal.
+    """
+    got, want = _without_timing(got), _without_timing(want)
+    if [r["id"] for r in got] != [r["id"] for r in want]:
+        return {"id": len({r["id"] for r in got} ^ {r["id"] for r in want}) or 1}
+    diffs: dict[str, int] = {}
+    for a, b in zip(got, want):
+        for key in a.keys() | b.keys():
+            if key == "completions" and isinstance(a.get(key), list) and isinstance(b.get(key), list):
+                if len(a[key]) != len(b[key]):
+                    diffs[key] = diffs.get(key, 0) + 1
+                    continue
+                for ca, cb in zip(a[key], b[key]):
+                    for sub in ca.keys() | cb.keys():
+                        if ca.get(sub) != cb.get(sub):
+                            diffs[f"{key}.{sub}"] = diffs.get(f"{key}.{sub}", 0) + 1
+            elif a.get(key) != b.get(key):
+                diffs[key] = diffs.get(key, 0) + 1
+    return dict(sorted(diffs.items()))
 
 
 def run_in_process(models: tuple, settings, search_cfg, policy: str, problems: Sequence[Problem],
@@ -100,8 +130,10 @@ def run_scale_benchmark(settings, search_cfg, policy: str, problems: Sequence[Pr
     Returns:
         ``runs``: one row per count: ``workers``, ``threads_per_worker``, ``load_s``, ``wall_s``,
         ``problems``, ``problems_per_s``, ``generated_tokens``, ``tokens_per_s``, ``walls`` (every
-        round's), ``vs_one_worker`` (tokens/s over the 1-worker run's; None without one) and
-        ``same_records_as_one_worker`` (None without a 1-worker run); ``cpus`` of this machine.
+        round's), ``vs_one_worker`` (tokens/s over the 1-worker run's; None without one),
+        ``same_records_as_one_worker``, ``same_answers_as_one_worker`` (equal but for the fp32
+        scores, :data:`SCORE_FIELDS`) and ``differences_from_one_worker`` (see
+        :func:`record_differences`; all three None without a 1-worker run); ``cpus`` of this machine.
 
     Raises:
         ValueError: a model cannot be loaded, too few GPUs for a count, or a worker count < 1.
@@ -141,7 +173,7 @@ def run_scale_benchmark(settings, search_cfg, policy: str, problems: Sequence[Pr
         median = runs[(len(runs) - 1) // 2]
         row = _row(k, median, loads.get(k), len(problems))
         row["walls"] = [round(r["wall_s"], 3) for r in results[k]]
-        row["_records"] = _without_timing(median["records"])
+        row["_records"] = median["records"]
         rows.append(row)
         if k == 1:
             base = row
@@ -149,7 +181,11 @@ def run_scale_benchmark(settings, search_cfg, policy: str, problems: Sequence[Pr
         row["vs_one_worker"] = round(row["tokens_per_s"] / base["tokens_per_s"], 3) if base else None
         row["problems_per_s_vs_one_worker"] = (round(row["problems_per_s"] / base["problems_per_s"], 3)
                                                if base else None)
-        row["same_records_as_one_worker"] = row["_records"] == base["_records"] if base else None
+        diffs = record_differences(row["_records"], base["_records"]) if base else None
+        row["same_records_as_one_worker"] = (not diffs) if base else None
+        row["same_answers_as_one_worker"] = (not any(k.split(".")[-1] not in SCORE_FIELDS for k in diffs)
+                                             if base else None)
+        row["differences_from_one_worker"] = diffs
     for row in rows:
         del row["_records"]
     return {"cpus": local_cpus(), "runs": rows}

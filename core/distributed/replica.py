@@ -11,7 +11,7 @@ The replica never touches the output folder: answer records (graded here, so gra
 holds where the search ran) and traces go back to the driver, which writes them.
 
 The class is plain Python; :mod:`.pool` turns it into a Ray actor, so importing this module needs
-neither Ray nor torch.
+neither Ray nor torch (tests drive it in their own process).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import time
 import traceback
 from collections import deque
 from dataclasses import replace
+
+from core.search.config import PICK_FIELDS
 
 # a snapshot of the replica's figures is taken at most this often (seconds) by the search thread,
 # the only thread that may read the engines (they change mid-step)
@@ -61,8 +63,6 @@ class Replica:
         self._closed = False
         self._failure: str | None = None
         self._finished = False
-        from core.search.config import PICK_FIELDS
-
         self._counts = {"done": 0, "errors": 0, "graded": 0, "correct": 0,
                         **{f"correct_{rule}": 0 for rule in PICK_FIELDS}}
         self._snap: dict | None = None
@@ -78,9 +78,9 @@ class Replica:
 
         Returns:
             ``pid``, ``node`` (host name), ``device``, ``threads`` (torch CPU threads),
-            ``max_model_len`` and ``prm_max_model_len`` (the engines' context limits), ``stats`` (the
-            first snapshot, see :meth:`exchange`); or ``error``
-            (one line) when a model cannot be loaded or an engine cannot be sized.
+            ``max_model_len`` and ``prm_max_model_len`` (the engines' context limits) and ``stats``
+            (the first snapshot, see :meth:`exchange`); or ``error`` (one line) when a model cannot
+            be loaded or an engine cannot be sized.
         """
         import torch
 
