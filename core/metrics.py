@@ -99,6 +99,31 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def run_progress(counts: dict, total: int | None, wall_s: float, eta_s: float | None, generated_tokens: int,
+                 tokens_per_s_now: float | None) -> dict:
+    """The answer counts, accuracies, clock and token rates of a run (the first keys of :func:`snapshot`).
+
+    ``counts`` as in :func:`snapshot`; an ``accuracy_<rule>`` key comes for every ``correct_<rule>``
+    count of a selection rule in ``PICK_FIELDS``. Times in seconds, rates in tokens per second.
+    """
+    return {
+        "problems_total": total,
+        "problems_answered": counts["done"],
+        "errors": counts["errors"],
+        "graded": counts["graded"],
+        "correct": counts["correct"],
+        "accuracy": _ratio(counts["correct"], counts["graded"]),
+        # the accuracy every selection rule would have had (solve grades all three picks)
+        **{f"accuracy_{rule}": _ratio(counts[f"correct_{rule}"], counts["graded"])
+           for rule in PICK_FIELDS if f"correct_{rule}" in counts},
+        "wall_s": wall_s,
+        "eta_s": eta_s,
+        "generated_tokens": generated_tokens,
+        "tokens_per_s": _ratio(generated_tokens, wall_s),
+        "tokens_per_s_now": tokens_per_s_now,
+    }
+
+
 def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
              tokens_per_s_now: float | None = None, now: float | None = None) -> dict:
     """All dashboard figures of a run at this moment, as a flat JSON-ready dict.
@@ -146,20 +171,7 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
     vs = verifier.stats
     pruned = dict(sorted(stats.prunes.pruned.items()))
     return {
-        "problems_total": total,
-        "problems_answered": counts["done"],
-        "errors": counts["errors"],
-        "graded": counts["graded"],
-        "correct": counts["correct"],
-        "accuracy": _ratio(counts["correct"], counts["graded"]),
-        # the accuracy every selection rule would have had (solve grades all three picks)
-        **{f"accuracy_{rule}": _ratio(counts[f"correct_{rule}"], counts["graded"])
-           for rule in PICK_FIELDS if f"correct_{rule}" in counts},
-        "wall_s": wall,
-        "eta_s": eta,
-        "generated_tokens": stats.generated_tokens,
-        "tokens_per_s": _ratio(stats.generated_tokens, wall),
-        "tokens_per_s_now": tokens_per_s_now,
+        **run_progress(counts, total, wall, eta, stats.generated_tokens, tokens_per_s_now),
         "engine_steps": stats.engine_steps,
         "preemptions": engine.num_preemptions,
         "prm_preemptions": verifier.engine.num_preemptions,

@@ -319,16 +319,11 @@ def bench_search(problems_file, limit, policies, max_concurrent, request_rates, 
     writes OUT/results.json, OUT/beam_sizes.csv + beam_sizes.png, OUT/concurrency.csv +
     concurrency.png (paper §5.5-§5.6).
     """
-    from pathlib import Path
-
     from rich.console import Console
 
     from core.bench.search_bench import (parse_policies, run_beam_size_study, run_benchmark,
                                          run_concurrency_study)
     from core.io.durable import write_atomically
-    from core.io.problems import Problem, read_problems
-    from core.models.loader import ModelLoadError
-    from core.solver import load_models
 
     from .bench_report import (results_table, study_table, write_csv, write_plots, write_study_csv,
                                write_study_plot)
@@ -349,18 +344,8 @@ def bench_search(problems_file, limit, policies, max_concurrent, request_rates, 
     if levels and limit < max(levels):
         raise click.BadParameter(f"--limit {limit} problems cannot keep {max(levels)} in flight; give --limit "
                                  f">= {max(levels)}", param_hint="--concurrency")
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
-    problems = [p for p in read_problems(problems_file) if isinstance(p, Problem)][:limit]
-    if not problems:
-        raise click.UsageError(f"{problems_file}: no valid problems")
-    try:
-        models = load_models(settings)
-    except (ModelLoadError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from exc
+    out, problems = output_and_problems(out_dir, problems_file, limit)
+    models = _load_models(settings)
     console = Console(stderr=True)
 
     def on_run(name, rate, res):
@@ -435,15 +420,10 @@ def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_di
     Every strategy uses the preset's search settings (M, step limits, temperature; greedy runs at
     temperature 0) and --select for its answer; every selection's accuracy is reported too.
     """
-    from pathlib import Path
-
     from rich.console import Console
 
     from core.bench.strategies_bench import run_strategies, strategy_config, strategy_points
     from core.io.durable import write_atomically
-    from core.io.problems import Problem, read_problems
-    from core.models.loader import ModelLoadError
-    from core.solver import load_models
 
     from .bench_report import strategies_table, write_strategies_csv, write_strategies_plot
     from .options import build_settings
@@ -455,18 +435,8 @@ def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_di
             strategy_config(search_cfg, strategy, n)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--sizes") from exc
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
-    problems = [p for p in read_problems(problems_file) if isinstance(p, Problem)][:limit]
-    if not problems:
-        raise click.UsageError(f"{problems_file}: no valid problems")
-    try:
-        models = load_models(settings)
-    except (ModelLoadError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from exc
+    out, problems = output_and_problems(out_dir, problems_file, limit)
+    models = _load_models(settings)
     console = Console(stderr=True)
 
     def on_run(row):
@@ -484,6 +454,38 @@ def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_di
     console.print("wrote " + ", ".join(str(p) for p in written))
     if as_json:
         click.echo(orjson.dumps(result).decode())
+
+
+def output_and_problems(out_dir, problems_file, limit: int):
+    """The bench's output folder (created) and the first ``limit`` valid problems of ``problems_file``.
+
+    Raises:
+        click.UsageError: the folder cannot be created, or the file has no valid problem.
+    """
+    from pathlib import Path
+
+    from core.io.problems import Problem, read_problems
+
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
+    problems = [p for p in read_problems(problems_file) if isinstance(p, Problem)][:limit]
+    if not problems:
+        raise click.UsageError(f"{problems_file}: no valid problems")
+    return out, problems
+
+
+def _load_models(settings):
+    """Generator and PRM of ``settings``; a model that cannot be loaded is a usage error (exit 2)."""
+    from core.models.loader import ModelLoadError
+    from core.solver import load_models
+
+    try:
+        return load_models(settings)
+    except (ModelLoadError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 def _parse_counts(text: str, flag: str) -> list[int]:

@@ -58,9 +58,8 @@ def bench_scale(worker_counts, problems_file, limit, max_concurrent, repeats, ra
 
     from core.distributed import RAY_INSTALL_HINT, ReplicaFailed, ReplicasLost, ray_missing
     from core.io.durable import write_atomically
-    from core.io.problems import Problem, read_problems
 
-    from .bench import _parse_counts
+    from .bench import _parse_counts, output_and_problems
     from .options import build_settings
 
     settings, search_cfg, policy = build_settings(opts)
@@ -70,14 +69,7 @@ def bench_scale(worker_counts, problems_file, limit, max_concurrent, repeats, ra
     if max(counts) > 1 and ray_missing():
         raise click.UsageError(f"--workers {max(counts)} runs replicas on Ray, which is not installed: "
                                f"{RAY_INSTALL_HINT}")
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
-    problems = [p for p in read_problems(problems_file) if isinstance(p, Problem)][:limit]
-    if not problems:
-        raise click.UsageError(f"{problems_file}: no valid problems")
+    out, problems = output_and_problems(out_dir, problems_file, limit)
     console = Console(stderr=True)
 
     def on_run(row):

@@ -131,6 +131,33 @@ def make_runtime(loaded, **overrides):
     return build_runtime(ModelSettings(**{**kw, **overrides}), generator=loaded, prm=loaded)
 
 
+def run_search(loaded, problems, config, policy="non-spec", runtime=None, scores=None):
+    """Search ``problems`` (all at once) with ``config`` (a SearchConfig) on a fresh runtime.
+
+    ``scores(path) -> float`` replaces the PRM's score of every task the verifier flushes, so a
+    test can decide the ranking. Returns ``(runtime, results by id, searches by id)``.
+    """
+    from core.search.driver import SearchDriver
+
+    rt = runtime or make_runtime(loaded)
+    results, searches = {}, {}
+    driver = SearchDriver(rt.engine, loaded.tokenizer, loaded.eos_token_ids, rt.verifier, rt.scorer, config,
+                          policy=policy, max_concurrent=len(problems),
+                          on_result=lambda p, r, s: (results.__setitem__(p.id, r), searches.__setitem__(p.id, s)))
+    if scores is not None:
+        flush = rt.verifier.flush
+
+        def scored_by_path(trigger="eager"):
+            tasks = flush(trigger)
+            for t in tasks:
+                t.score = scores(driver.active[t.owner[0]][1].node(t.owner).path)
+            return tasks
+
+        rt.verifier.flush = scored_by_path
+    driver.run(problems)
+    return rt, results, searches
+
+
 def tiny_chat_config(tokenizer, **overrides):
     """Config of a tiny random Llama over a real chat tokenizer (search, verifier and CLI tests).
 

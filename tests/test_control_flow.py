@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import make_engine, random_prompts, run_to_end
+from conftest import make_engine, make_runtime, random_prompts, run_search, run_to_end
 from core.engine.engine import EngineStalled
 from core.engine.sequence import SamplingParams, StopCriteria, StopReason
 from core.io.problems import Problem
@@ -20,7 +20,6 @@ from core.search import policy as policies
 from core.search.config import SearchConfig
 from core.search.driver import SearchDriver, SearchStalled
 from core.search.tree import NodeStatus
-from conftest import make_runtime
 
 PROBLEMS = [Problem("p1", "What is 2 + 3?", "5", 1), Problem("p2", "Compute 7 * 6.", "42", 2),
             Problem("p3", "Is 9 prime?", "no", 3)]
@@ -30,23 +29,7 @@ BASE = dict(beam_size=4, beam_width=2, temperature=1.0, max_steps=4, step_delimi
 
 def _run(loaded, policy="non-spec", runtime=None, problems=PROBLEMS, scores=None, **kw):
     """Search ``problems``; ``scores(path) -> float`` replaces the PRM's scores when given."""
-    rt = runtime or make_runtime(loaded)
-    results, searches = {}, {}
-    driver = SearchDriver(rt.engine, loaded.tokenizer, loaded.eos_token_ids, rt.verifier, rt.scorer,
-                          SearchConfig(**{**BASE, **kw}), policy=policy, max_concurrent=len(problems),
-                          on_result=lambda p, r, s: (results.__setitem__(p.id, r), searches.__setitem__(p.id, s)))
-    if scores is not None:
-        flush = rt.verifier.flush
-
-        def scored_by_path(trigger="eager"):
-            tasks = flush(trigger)
-            for t in tasks:
-                t.score = scores(driver.active[t.owner[0]][1].node(t.owner).path)
-            return tasks
-
-        rt.verifier.flush = scored_by_path
-    driver.run(problems)
-    return rt, results, searches
+    return run_search(loaded, problems, SearchConfig(**{**BASE, **kw}), policy, runtime, scores)
 
 
 def spread(path: str) -> float:

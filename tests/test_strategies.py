@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_runtime
+from conftest import run_search
 from core.io.problems import Problem
 from core.search.aggregation import select_answers
 from core.search.config import SearchConfig
-from core.search.driver import SearchDriver
 from core.search.tree import EndReason, NodeStatus
 from test_control_flow import spread
 
@@ -19,24 +18,7 @@ BASE = dict(beam_size=4, beam_width=2, temperature=1.0, max_steps=3, step_delimi
 
 
 def run(loaded, strategy, policy="non-spec", problems=PROBLEMS, scores=None, **kw):
-    rt = make_runtime(loaded)
-    results, searches = {}, {}
-    driver = SearchDriver(rt.engine, loaded.tokenizer, loaded.eos_token_ids, rt.verifier, rt.scorer,
-                          SearchConfig(**{**BASE, "strategy": strategy, **kw}), policy=policy,
-                          max_concurrent=len(problems),
-                          on_result=lambda p, r, s: (results.__setitem__(p.id, r), searches.__setitem__(p.id, s)))
-    if scores is not None:
-        flush = rt.verifier.flush
-
-        def scored_by_path(trigger="eager"):
-            tasks = flush(trigger)
-            for t in tasks:
-                t.score = scores(driver.active[t.owner[0]][1].node(t.owner).path)
-            return tasks
-
-        rt.verifier.flush = scored_by_path
-    driver.run(problems)
-    return rt, results, searches
+    return run_search(loaded, problems, SearchConfig(**{**BASE, "strategy": strategy, **kw}), policy, scores=scores)
 
 
 def _texts(results):

@@ -10,7 +10,7 @@ alone sees every record.
 
 from __future__ import annotations
 
-from core.metrics import estimate_eta
+from core.metrics import estimate_eta, run_progress
 
 # recomputed from the sums (a sum of ratios means nothing)
 _RATIOS = {"prm_mean_batch_tasks": ("prm_tasks", "prm_calls"), "prm_mean_batch_tokens": ("prm_input_tokens", "prm_calls"),
@@ -83,21 +83,7 @@ def merge_snapshots(snaps: list[dict], rows: list[dict], counts: dict, total: in
     eta = None
     if total is not None:
         eta = estimate_eta(wall_s, max(0, total - finished), answered_here, problem_seconds, in_flight_ages)
-    out = {
-        "problems_total": total,
-        "problems_answered": counts["done"],
-        "errors": counts["errors"],
-        "graded": counts["graded"],
-        "correct": counts["correct"],
-        "accuracy": _ratio(counts["correct"], counts["graded"]),
-        **{f"accuracy_{key[len('correct_'):]}": _ratio(counts[key], counts["graded"])
-           for key in counts if key.startswith("correct_")},
-        "wall_s": wall_s,
-        "eta_s": eta,
-        "generated_tokens": generated,
-        "tokens_per_s": _ratio(generated, wall_s),
-        "tokens_per_s_now": tokens_per_s_now,
-    }
+    out = run_progress(counts, total, wall_s, eta, generated, tokens_per_s_now)
     out.update({k: v for k, v in merged.items() if k not in out})
     out["replicas"] = rows
     return out
