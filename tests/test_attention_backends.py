@@ -54,6 +54,7 @@ def test_flashinfer_on_cpu_is_a_one_line_usage_error(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_the_choice_is_checked_before_torch_loads_and_nothing_imports_flashinfer(tiny_llama):
     check = ("import sys, click; from specscale_cli.options import build_settings\n"
              "try:\n    build_settings({'preset': None, 'policy': 'non-spec', 'attention_backend': 'flashinfer'})\n"

@@ -30,6 +30,7 @@ def model_dir(tmp_path_factory, smollm2):
     return path
 
 
+@pytest.mark.slow
 def test_answer_records_carry_gold_parsed(model_dir, tmp_path):
     problems = tmp_path / "problems.jsonl"
     problems.write_bytes(b"".join(orjson.dumps({"id": i, "problem": p, "answer": a}) + b"\n" for i, p, a in ANSWERS))

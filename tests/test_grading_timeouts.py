@@ -49,6 +49,7 @@ def test_pathological_answer_off_the_main_thread(short_limit):
     assert grading_stats()["timeouts"] == before + 1
 
 
+@pytest.mark.slow
 def test_pathological_answer_in_a_pool_worker():
     # a multiprocessing pool's workers are daemonic: they cannot start multiprocessing children,
     # but grading still stops the comparison (its default limit is 10 s)

@@ -145,6 +145,7 @@ def test_solve_dataset_parquet_shuffled_sample(tiny_dir, tmp_path):
     assert run["search"]["seed"] == 5
 
 
+@pytest.mark.slow
 def test_solve_stdin_with_custom_field_names(tiny_dir, tmp_path):
     lines = [orjson.dumps({"uid": f"q{i}", "prompt": r["problem"], "target": r["answer"]})
              for i, r in enumerate(GSM8K_ROWS[:2])]

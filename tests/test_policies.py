@@ -87,6 +87,7 @@ def test_speculation_cancels_losers_subtrees(tiny_chat):
                 assert n.speculative
 
 
+@pytest.mark.slow
 def test_early_pruning_prunes_before_the_depth_is_decided(tiny_chat):
     _, _, searches = run_policy(tiny_chat, "specscale", early_pruning=True, dedup=False)
     ep = [n for s in searches.values() for n in s.tree.nodes[1:] if n.pruned_by == "ep"]
@@ -97,6 +98,7 @@ def test_early_pruning_prunes_before_the_depth_is_decided(tiny_chat):
     assert count(searches) < count(naive)
 
 
+@pytest.mark.slow
 def test_dedup_shares_rows_when_samples_repeat(tiny_chat):
     # a low temperature makes many of the N draws from one row equal
     kw = dict(temperature=0.05)
@@ -153,6 +155,7 @@ def test_perfect_score_closes_the_depth(tiny_chat):
     assert rt.engine.pool.num_used == 0
 
 
+@pytest.mark.slow
 def test_fasttts_speculation_is_kept_when_selected_and_verified_with_lookahead(tiny_chat):
     rt, _, searches = run_policy(tiny_chat, "fasttts")
     nodes = [n for s in searches.values() for n in s.tree.nodes[1:]]
@@ -166,6 +169,7 @@ def test_fasttts_speculation_is_kept_when_selected_and_verified_with_lookahead(t
     assert rt.engine.pool.num_used == 0
 
 
+@pytest.mark.slow
 def test_lazy_verification_batches_prm_calls(tiny_chat):
     rt_lv, _, _ = run_policy(tiny_chat, "specscale", lazy_verification=True, lv_threshold=100_000)
     rt_eager, _, _ = run_policy(tiny_chat, "specscale", lazy_verification=False)

@@ -106,6 +106,7 @@ def _copy_run(src, dst):
     return dst
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_equals_uninterrupted_run(tiny_dir, reference, tmp_path, monkeypatch):
     """Ctrl-C mid-search (KeyboardInterrupt in a generator step after the first answer was written):
     exit 130, the written answer kept, the hint's command resumes and the result equals a run that
@@ -215,6 +216,7 @@ def test_error_records_are_kept_not_retried(tiny_dir, tmp_path):
     assert records(out) == before
 
 
+@pytest.mark.slow
 def test_sigint_stops_a_real_process_and_resume_finishes(tiny_dir, tmp_path):
     """Ctrl-C as a real SIGINT to `python -m specscale_cli solve -` reading stdin: stdin stays open,
     so the run cannot have ended on its own when the signal arrives."""
@@ -260,6 +262,7 @@ def test_sigint_stops_a_real_process_and_resume_finishes(tiny_dir, tmp_path):
     assert sorted(r["id"] for r in recs) == sorted(orjson.loads(line)["id"] for line in problems.splitlines())
 
 
+@pytest.mark.slow
 def test_resume_compares_the_context_the_engine_used(tiny_dir, tmp_path):
     """run.json records the context the engine used (--max-model-len capped by the model's 1024):
     the same flags resume; a run that would use another context is refused unless --force."""

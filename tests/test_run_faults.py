@@ -87,6 +87,7 @@ DISK_FULL_CASES = {
 
 
 @pytest.mark.parametrize("case", list(DISK_FULL_CASES))
+@pytest.mark.slow
 def test_disk_full_at_each_write_path_exits_3_and_resume_finishes(tiny_dir, reference, tmp_path, monkeypatch, case):
     kwargs, answered = DISK_FULL_CASES[case]
     failing = FailingWrites(**kwargs)
@@ -208,6 +209,7 @@ def test_broken_output_folder_is_refused_before_loading(tiny_dir, tmp_path, shap
 # ------------------------------------------------------------------ 3. SIGTERM
 
 
+@pytest.mark.slow
 def test_sigterm_stops_like_ctrl_c_and_resume_finishes(tiny_dir, reference, tmp_path):
     out = tmp_path / "out"
     err_path = tmp_path / "stderr.txt"
@@ -258,6 +260,7 @@ def _solve_peak_rss_kib(args: list[str], tiny_dir) -> tuple[int, int, str]:
     return proc.returncode, int(proc.stdout.decode().split()[-1]), proc.stderr.decode()
 
 
+@pytest.mark.slow
 def test_giant_lines_become_error_records_within_a_memory_bound(tiny_dir, tmp_path):
     good = GSM8K.read_bytes().splitlines()[:2]
     small = tmp_path / "small.jsonl"
@@ -288,6 +291,7 @@ def test_giant_lines_become_error_records_within_a_memory_bound(tiny_dir, tmp_pa
 # ------------------------------------------------------------------ issue 18: one run per folder
 
 
+@pytest.mark.slow
 def test_second_run_into_a_locked_folder_is_refused_and_a_stale_lock_is_taken_over(tiny_dir, reference, tmp_path):
     out = tmp_path / "out"
     first_problem = GSM8K.read_bytes().splitlines(keepends=True)[0]
