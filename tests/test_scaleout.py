@@ -365,22 +365,31 @@ def test_a_killed_replica_loses_no_problem_and_writes_none_twice(tiny_dir, probl
     assert summary["problems_answered"] == 20
 
 
-@pytest.mark.slow
-def test_resume_after_the_driver_is_killed_mid_run(tiny_dir, problems, reference, tmp_path):
-    pytest.importorskip("ray")
-    out = tmp_path / "out"
+def _two_workers_stopped(problems, out, tiny_dir, tmp_path, sig, after_answers: int):
+    """Start a 2-worker solve into ``out``, send ``sig`` once ``after_answers`` answers are written.
+
+    Returns (replica pids by index, exit status, stderr text).
+    """
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(_solve_cmd(problems, "-o", out, "--workers", 2, *tiny_flags(tiny_dir), *SLOW),
                                 cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
         try:
             pids = _replica_pids(_wait_for_line(proc, err_path, "replicas ready:"))
-            wait_for_answers(proc, out, err_path, count=2)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=60)
+            wait_for_answers(proc, out, err_path, count=after_answers)
+            proc.send_signal(sig)
+            rc = proc.wait(timeout=120)
         finally:
             if proc.poll() is None:
                 proc.kill()
+    return pids, rc, err_path.read_text()
+
+
+@pytest.mark.slow
+def test_resume_after_the_driver_is_killed_mid_run(tiny_dir, problems, reference, tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    pids, _, _ = _two_workers_stopped(problems, out, tiny_dir, tmp_path, signal.SIGKILL, after_answers=2)
     # Ray's processes share the driver's fate: the replicas do not run on without it
     assert all(_gone(pid) for pid in pids.values()), "replicas outlive a killed driver"
     first = records(out)
@@ -400,19 +409,7 @@ def test_resume_after_the_driver_is_killed_mid_run(tiny_dir, problems, reference
 def test_ctrl_c_stops_every_replica_and_prints_the_resume_command(tiny_dir, problems, reference, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "out"
-    err_path = tmp_path / "stderr.txt"
-    with open(err_path, "wb") as err:
-        proc = subprocess.Popen(_solve_cmd(problems, "-o", out, "--workers", 2, *tiny_flags(tiny_dir), *SLOW),
-                                cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            pids = _replica_pids(_wait_for_line(proc, err_path, "replicas ready:"))
-            wait_for_answers(proc, out, err_path, count=1)
-            proc.send_signal(signal.SIGINT)
-            rc = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    stderr = err_path.read_text()
+    pids, rc, stderr = _two_workers_stopped(problems, out, tiny_dir, tmp_path, signal.SIGINT, after_answers=1)
     assert rc == 130, stderr
     assert "Traceback" not in stderr and "interrupted:" in stderr
     assert all(_gone(pid, timeout_s=5) for pid in pids.values()), "a replica outlived Ctrl-C"
