@@ -70,12 +70,15 @@ class TokenRate:
 
 def estimate_eta(elapsed_s: float, remaining: int, answered_here: int, problem_seconds: float,
                  in_flight_ages: list[float]) -> float | None:
-    """Seconds until the last problem is answered, or None before the first answer.
+    """Seconds until the last problem is answered; None before the first answer, and None once no
+    problem is waiting.
 
     Extrapolating from answers alone overshoots at the start: when the first problem is answered
     the others admitted with it are nearly done too. So each problem in flight counts as the share
     of a mean problem's time it has already run (at most 0.95), both in the work done and in the
-    work left.
+    work left. That share says nothing once every remaining problem is in flight: the ones still
+    running are the long ones (search problems vary several-fold in length), and the estimate
+    would fall to a few seconds for minutes. So there is no estimate then.
 
     Args:
         elapsed_s: seconds since this process started solving.
@@ -85,9 +88,12 @@ def estimate_eta(elapsed_s: float, remaining: int, answered_here: int, problem_s
         in_flight_ages: seconds each problem in flight has been searched.
 
     Returns:
-        The estimate in seconds; None while no problem has been answered or no time has passed.
+        The estimate in seconds; 0.0 when nothing remains; None while no problem has been answered,
+        no time has passed, or every remaining problem is in flight.
     """
-    if answered_here <= 0 or problem_seconds <= 0 or elapsed_s <= 0:
+    if remaining <= 0:
+        return 0.0
+    if answered_here <= 0 or problem_seconds <= 0 or elapsed_s <= 0 or remaining <= len(in_flight_ages):
         return None
     mean_s = problem_seconds / answered_here
     partial = sum(min(age / mean_s, 0.95) for age in in_flight_ages)

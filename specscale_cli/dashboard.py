@@ -43,6 +43,15 @@ def _clock(seconds: float | None) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+def _eta(snap: dict) -> str:
+    """The ETA, or what is left when there is no estimate (every remaining problem in flight)."""
+    finished = snap["problems_answered"] + snap["errors"]
+    total = snap["problems_total"]
+    if snap["eta_s"] is None and finished > 0 and total is not None and finished < total:
+        return f"- (last {total - finished} in flight)"
+    return _clock(snap["eta_s"])
+
+
 def _triggers(by_trigger: dict, sep: str = " · ") -> str:
     return sep.join(f"{k} {v}" for k, v in by_trigger.items()) or "none"
 
@@ -96,7 +105,7 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
     busy = snap["generation_s"] + snap["verification_s"]
     rows = [
         ("problems", Text.assemble(_bar(finished, total), f"{finished}/{_int(total) if total is not None else '?'}  "
-                                   f"ETA {_clock(snap['eta_s'])}  elapsed {_clock(snap['wall_s'])}")),
+                                   f"ETA {_eta(snap)}  elapsed {_clock(snap['wall_s'])}")),
         ("tokens/s", f"{_rate(snap['tokens_per_s_now'])} now · {_rate(snap['tokens_per_s'])} average · "
                      f"{_int(snap['generated_tokens'])} tokens generated"),
         ("sequences", f"{snap['running_sequences']} running · {_n(snap['logical_candidates'], 'candidate')} · "
@@ -162,7 +171,7 @@ def log_line(snap: dict) -> str:
     total = snap["problems_total"] if snap["problems_total"] is not None else "?"
     acc = f"{snap['correct']}/{snap['graded']}" if snap["graded"] else "n/a"
     return (f"[{snap['wall_s']:8.1f}s] problems {finished}/{total} errors {snap['errors']} "
-            f"ETA {_clock(snap['eta_s'])} | tok/s {_rate(snap['tokens_per_s_now'])} now "
+            f"ETA {_eta(snap)} | tok/s {_rate(snap['tokens_per_s_now'])} now "
             f"{_rate(snap['tokens_per_s'])} avg | seqs {snap['running_sequences']} "
             f"cands {snap['logical_candidates']} | KV {snap['kv_blocks_used']}/{snap['kv_blocks_total']} "
             f"PRM-KV {snap['prm_kv_blocks_used']}/{snap['prm_kv_blocks_total']} | queue {snap['queue_tasks']} tasks "

@@ -236,6 +236,22 @@ def test_eta_counts_work_done_on_problems_in_flight():
     assert estimate_eta(10.0, 0, 4, 40.0, []) == 0.0
 
 
+def test_no_eta_once_every_remaining_problem_is_in_flight():
+    from core.metrics import estimate_eta
+
+    # 10 problems at once; 3 answered after ~150 s each, 7 still running at 220 s: the 0.95 share
+    # would say ~8 s, but the ones still running are the long ones, so there is no estimate
+    assert estimate_eta(220.0, 7, 3, 450.0, [220.0] * 7) is None
+    # one problem waiting besides the 7 in flight: an estimate again (a wave of work is known)
+    assert estimate_eta(220.0, 8, 3, 450.0, [220.0] * 7) > 0
+    snap = {"problems_answered": 3, "errors": 0, "problems_total": 10, "eta_s": None}
+    from specscale_cli.dashboard import _eta
+
+    assert _eta(snap) == "- (last 7 in flight)"
+    assert _eta({**snap, "problems_answered": 0}) == "-"  # before the first answer
+    assert _eta({**snap, "eta_s": 65.0}) == "0:01:05"
+
+
 def _panel_text(snap, width):
     console = Console(file=io.StringIO(), width=200)
     console.print(render_panel(snap, width=width))
