@@ -127,7 +127,8 @@ def _show_value(field: str, value) -> str:
     from rich.markup import escape
 
     if field.endswith("_kv_bytes"):
-        return f"{value} ({value / _GIB:g} GiB)"
+        # None: the pool is sized to the work (grows on demand on CPU)
+        return "sized to the work" if value is None else f"{value} ({value / _GIB:g} GiB)"
     if isinstance(value, str):
         # quoted, with line breaks and tabs spelled as typed in TOML, so "\n\n" and spaces show;
         # escape keeps [..] in a prompt from reading as rich markup

@@ -268,3 +268,14 @@ def test_presets_command_shows_one_resolved():
     assert re.search(r"│ step_delimiter +│ \"\\n\\n\" +│ preset", res.output)
     assert re.search(r"│ gen_kv_bytes +│ 21474836480 \(20 GiB\) +│ preset", res.output)
     assert re.search(r"│ block_size +│ 16 +│ default", res.output)
+
+
+@pytest.mark.parametrize("name", sorted(available_presets()))
+def test_every_shipped_preset_can_be_shown(name):
+    """`specscale presets NAME` prints every field; a KV pool sized to the work (None) says so."""
+    res = CliRunner().invoke(cli, ["presets", name], catch_exceptions=False, env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if "gen_kv_bytes" in line]
+    assert len(rows) == 1
+    if name == "smollm2-cpu":  # its pools are sized to the work
+        assert "sized to the work" in rows[0]
