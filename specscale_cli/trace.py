@@ -32,6 +32,10 @@ STATUS_MEANING = {
 ANSWER_MARK, SPECULATIVE_MARK = "★", "~"
 
 
+
+# a file is not cut to a terminal: wide enough for any row of a deep tree (--width caps step text)
+FILE_WIDTH = 1000
+
 def load_trace(path: Path) -> dict:
     """Read a trace file.
 
@@ -217,15 +221,15 @@ def trace(trace_file, fmt, output, width):
     data = load_trace(trace_file)
     if fmt == "tree":
         if output:
-            # a file gets plain text at a comfortable width, whatever the terminal
-            console = Console(file=io.StringIO(), width=max(100, width + 40), no_color=True, highlight=False)
+            # a file gets plain text with whole rows, whatever the terminal
+            console = Console(file=io.StringIO(), width=FILE_WIDTH, no_color=True, highlight=False)
         else:
             console = Console(highlight=False, width=_terminal_width())
         console.print(render_tree(data, width))
         console.print(legend())
         console.print(summary_table(summarize(data)))
         if output:
-            _write(output, console.file.getvalue())
+            _write(output, "".join(line.rstrip() + "\n" for line in console.file.getvalue().splitlines()))
         return
     text = to_dot(data, width) if fmt == "dot" else orjson.dumps(summarize(data), option=orjson.OPT_INDENT_2).decode() + "\n"
     if output:

@@ -89,3 +89,17 @@ def test_rows_are_cut_not_wrapped_on_a_narrow_terminal(trace_file):
     tree_rows = res.output.split("legend")[0].splitlines()
     assert max(len(line) for line in tree_rows) <= 50
     assert len(tree_rows) == 1 + 11  # the title and one row per node: nothing wrapped onto a second line
+
+
+def test_a_file_gets_whole_rows_whatever_the_terminal(trace_file, tmp_path):
+    long = dict(TRACE, nodes=[dict(n, text="word " * 40) if n["id"] == 4 else n for n in NODES])
+    path = trace_file.with_name("long.json")
+    path.write_bytes(orjson.dumps(long))
+    target = tmp_path / "view.txt"
+    res = CliRunner().invoke(cli, ["trace", str(path), "--width", "200", "-o", str(target)], env={"COLUMNS": "50"})
+    assert res.exit_code == 0
+    text = target.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if "word word" in line)
+    # the whole step text and the row's end (status, path score), not cut at the terminal's 50 columns
+    assert "word " * 39 in row and row.endswith("completed [eos] p 0.950")
+    assert not any(line != line.rstrip() for line in text.splitlines())  # no trailing padding
