@@ -73,11 +73,16 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_pro
     written during the run (disk full), 4 when every replica of a --workers run was lost, 130/143
     when stopped by Ctrl-C/SIGTERM (rerun with --resume to go on).
     """
-    from core.io.output_folder import OutputFolderError, prepare_output
+    from core.io.output_folder import OutputFolderError, prepare_output, refuse_earlier_answers
     from core.models.specs import ModelSpecError, check_model_spec
 
     settings, search_cfg, policy = build_settings(opts)
     _check_workers(workers, ray_address)
+    if out_dir:  # before the input is read: a table input loads `datasets`, which takes a second
+        try:
+            refuse_earlier_answers(Path(out_dir), overwrite, resume)
+        except OutputFolderError as exc:
+            raise click.UsageError(str(exc)) from exc
     problem_input = open_input(problems, dataset, dataset_config, split, shuffle, search_cfg.seed, limit,
                                problem_field, answer_field, id_field)
     try:

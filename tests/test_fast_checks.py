@@ -45,7 +45,15 @@ CASES = {
     "hub name offline": (lambda d: [str(GSM8K), "--generator", "org/not-cached"],
                          "--generator org/not-cached: not in the local Hugging Face cache, and HF_HUB_OFFLINE=1"),
     "answers.jsonl is a folder": (lambda d: [str(GSM8K), "-o", str(_answers_dir(d))], "is not a regular file"),
+    "a CSV into a folder with answers": (lambda d: [str(_csv(d)), "-o", str(_earlier_run(d))],
+                                         "already holds answers of an earlier run"),
 }
+
+
+def _earlier_run(d):
+    (d / "out").mkdir()
+    (d / "out" / "answers.jsonl").write_text('{"id": "1"}\n')
+    return d / "out"
 
 
 def _csv(d):

@@ -285,6 +285,19 @@ def prepare_output(out: Path, config: dict, *, overwrite: bool, resume: bool, fo
     return prepared
 
 
+def refuse_earlier_answers(out: Path, overwrite: bool, resume: bool) -> None:
+    """Refuse a folder whose answers file holds answers when neither --resume nor --overwrite says
+    what to do with them. Cheap (no input, no lock), so ``solve`` calls it before reading the input.
+
+    Raises:
+        OutputFolderError: OUT/answers.jsonl is a non-empty file and neither flag is given.
+    """
+    answers = out / ANSWERS_FILENAME
+    if not (overwrite or resume) and answers.is_file() and answers.stat().st_size > 0:
+        raise OutputFolderError(f"{answers} already holds answers of an earlier run; pass --resume to solve only "
+                                f"the problems it lacks, --overwrite to replace it, or choose another -o")
+
+
 def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, resume: bool, force: bool,
                     traces: bool) -> None:
     out = prepared.out
@@ -307,9 +320,7 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
                 from exc
         return
     if not resume:
-        if has_answers:
-            raise OutputFolderError(f"{answers} already holds answers of an earlier run; pass --resume to solve only "
-                                    f"the problems it lacks, --overwrite to replace it, or choose another -o")
+        refuse_earlier_answers(out, overwrite, resume)
         return
     run_json = out / RUN_FILENAME
     previous = None
