@@ -307,15 +307,16 @@ def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, sour
                 writer.write(record)
                 count_record(counts, record)
                 here["done"] += 1
-            progress.advance(counts)
+                # inside the block: a stop held until its end must find the summary's counts updated
+                progress.advance(counts)
 
         def write_error(record):
             with signals.critical():
                 writer.write(record)
                 counts["errors"] += 1
                 here["errors"] += 1
+                progress.advance(counts)
             click.echo(f"error: {record['error']['where']}", err=True)
-            progress.advance(counts)
 
         if pool is not None:
             progress.attach_pool(pool)

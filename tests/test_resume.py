@@ -148,6 +148,28 @@ def test_interrupt_then_resume_equals_uninterrupted_run(tiny_dir, reference, tmp
     assert without_timing(recs) == without_timing(records(reference))
 
 
+def test_a_stop_while_a_record_is_written_counts_that_record_in_the_summary(tiny_dir, tmp_path, monkeypatch):
+    """Ctrl-C that lands while an answer line is written is held to the end of that record; the
+    summary then counts the record (it once said 0 answered beside 1 line in answers.jsonl)."""
+    from core.io.writers import AnswerWriter
+
+    real_write = AnswerWriter.write
+
+    def write(self, record):
+        real_write(self, record)
+        signal.raise_signal(signal.SIGINT)  # arrives inside the record's critical block
+
+    monkeypatch.setattr(AnswerWriter, "write", write)
+    out = tmp_path / "out"
+    res = run_solve([str(GSM8K), *ARGS, "-o", str(out)], tiny_dir)
+    monkeypatch.undo()
+    assert res.exit_code == 130, res.output
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert len(records(out)) == 1
+    assert (summary["problems_answered"], summary["errors"]) == (1, 0)
+    assert "1 answer and 0 error records of this run" in res.output
+
+
 def test_resume_cuts_torn_line_and_solves_that_problem_again(tiny_dir, reference, tmp_path):
     out = _copy_run(reference, tmp_path / "out")
     lines = (out / "answers.jsonl").read_bytes().splitlines(keepends=True)
