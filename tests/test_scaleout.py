@@ -340,19 +340,8 @@ def test_two_workers_give_the_same_records_and_traces_as_one(tiny_dir, problems,
 def test_a_killed_replica_loses_no_problem_and_writes_none_twice(tiny_dir, problems, reference, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "out"
-    err_path = tmp_path / "stderr.txt"
-    with open(err_path, "wb") as err:
-        proc = subprocess.Popen(_solve_cmd(problems, "-o", out, "--workers", 2, *tiny_flags(tiny_dir), *SLOW),
-                                cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            pids = _replica_pids(_wait_for_line(proc, err_path, "replicas ready:"))
-            wait_for_answers(proc, out, err_path, count=1)
-            os.kill(pids[0], signal.SIGKILL)
-            rc = proc.wait(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    stderr = err_path.read_text()
+    pids, rc, stderr = _two_workers_stopped(problems, out, tiny_dir, tmp_path, after_answers=1,
+                                            stop=lambda proc, pids: os.kill(pids[0], signal.SIGKILL), wait_s=600)
     assert rc == 0, stderr
     # the replica held a problem when it died (one in flight at a time), and it went to the other
     assert re.search(rf"note: replica 0 \(pid {pids[0]} on .*\) was lost: .*; its 1 problem\(s\) in flight go "
@@ -365,8 +354,9 @@ def test_a_killed_replica_loses_no_problem_and_writes_none_twice(tiny_dir, probl
     assert summary["problems_answered"] == 20
 
 
-def _two_workers_stopped(problems, out, tiny_dir, tmp_path, sig, after_answers: int):
-    """Start a 2-worker solve into ``out``, send ``sig`` once ``after_answers`` answers are written.
+def _two_workers_stopped(problems, out, tiny_dir, tmp_path, after_answers: int, stop, wait_s: float = 120):
+    """Start a 2-worker solve into ``out``; once ``after_answers`` answers are written call
+    ``stop(proc, replica pids by index)`` and wait up to ``wait_s`` seconds for the run to end.
 
     Returns (replica pids by index, exit status, stderr text).
     """
@@ -377,8 +367,8 @@ def _two_workers_stopped(problems, out, tiny_dir, tmp_path, sig, after_answers: 
         try:
             pids = _replica_pids(_wait_for_line(proc, err_path, "replicas ready:"))
             wait_for_answers(proc, out, err_path, count=after_answers)
-            proc.send_signal(sig)
-            rc = proc.wait(timeout=120)
+            stop(proc, pids)
+            rc = proc.wait(timeout=wait_s)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -389,7 +379,8 @@ def _two_workers_stopped(problems, out, tiny_dir, tmp_path, sig, after_answers: 
 def test_resume_after_the_driver_is_killed_mid_run(tiny_dir, problems, reference, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "out"
-    pids, _, _ = _two_workers_stopped(problems, out, tiny_dir, tmp_path, signal.SIGKILL, after_answers=2)
+    pids, _, _ = _two_workers_stopped(problems, out, tiny_dir, tmp_path, after_answers=2,
+                                   stop=lambda proc, pids: proc.send_signal(signal.SIGKILL))
     # Ray's processes share the driver's fate: the replicas do not run on without it
     assert all(_gone(pid) for pid in pids.values()), "replicas outlive a killed driver"
     first = records(out)
@@ -409,7 +400,8 @@ def test_resume_after_the_driver_is_killed_mid_run(tiny_dir, problems, reference
 def test_ctrl_c_stops_every_replica_and_prints_the_resume_command(tiny_dir, problems, reference, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "out"
-    pids, rc, stderr = _two_workers_stopped(problems, out, tiny_dir, tmp_path, signal.SIGINT, after_answers=1)
+    pids, rc, stderr = _two_workers_stopped(problems, out, tiny_dir, tmp_path, after_answers=1,
+                                            stop=lambda proc, pids: proc.send_signal(signal.SIGINT))
     assert rc == 130, stderr
     assert "Traceback" not in stderr and "interrupted:" in stderr
     assert all(_gone(pid, timeout_s=5) for pid in pids.values()), "a replica outlived Ctrl-C"
