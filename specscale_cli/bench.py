@@ -439,18 +439,29 @@ def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_di
     models = _load_models(settings)
     console = Console(stderr=True)
 
+    finished: list[dict] = []
+
+    def results(rows: list[dict]) -> dict:
+        return {"problems_file": problems_file, "problems": len(problems), "policy": policy,
+                "select": search_cfg.select, "generator": settings.generator, "prm": settings.prm,
+                "scorer": settings.scorer, "search": dataclasses.asdict(search_cfg),
+                "complete": len(rows) == len(strategy_points(ns)), "runs": rows}
+
+    def write_results(rows: list[dict]) -> list:
+        write_atomically(out / "results.json", orjson.dumps(results(rows), option=orjson.OPT_INDENT_2) + b"\n")
+        return [out / "results.json", write_strategies_csv(out / "results.csv", rows)]
+
     def on_run(row):
         console.log(f"{row['strategy']} N={row['n']}: accuracy {row['accuracy']}, {row['generated_tokens']} tokens, "
                     f"{row['wall_s']:.1f} s")
+        # an hour-long sweep stopped part-way keeps the runs it finished ("complete": false)
+        finished.append(row)
+        write_results(finished)
 
     rows = run_strategies(models, settings, problems, search_cfg, policy, ns, max_concurrent, on_run)
-    result = {"problems_file": problems_file, "problems": len(problems), "policy": policy, "select": search_cfg.select,
-              "generator": settings.generator, "prm": settings.prm, "scorer": settings.scorer,
-              "search": dataclasses.asdict(search_cfg), "runs": rows}
+    result = results(rows)
     console.print(strategies_table(rows))
-    write_atomically(out / "results.json", orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
-    written = [out / "results.json", write_strategies_csv(out / "results.csv", rows),
-               write_strategies_plot(out / "accuracy_vs_tokens.png", rows)]
+    written = [*write_results(rows), write_strategies_plot(out / "accuracy_vs_tokens.png", rows)]
     console.print("wrote " + ", ".join(str(p) for p in written))
     if as_json:
         click.echo(orjson.dumps(result).decode())

@@ -6,6 +6,7 @@ import json
 import random
 from types import SimpleNamespace
 
+import orjson
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
@@ -224,3 +225,26 @@ def test_bench_strategies_rows_and_plot(tiny_dir, tmp_path):
     lines = (out / "results.csv").read_text().splitlines()
     assert lines[0].startswith("strategy,n,beam_width,accuracy") and len(lines) == 8
     assert (out / "accuracy_vs_tokens.png").read_bytes()[:8] == PNG
+    assert printed["complete"] is True and orjson.loads((out / "results.json").read_bytes())["runs"] == rows
+
+
+def test_bench_strategies_stopped_part_way_keeps_the_runs_it_finished(tiny_dir, tmp_path, monkeypatch):
+    import core.bench.strategies_bench as sb
+
+    real, calls = sb.run_policy, []
+
+    def run_policy(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # Ctrl-C during the third run (beam N=2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sb, "run_policy", run_policy)
+    out = tmp_path / "strategies"
+    args = ["bench", "strategies", "--problems", str(GSM8K), "--limit", "1", "--sizes", "2", "-o", str(out),
+            *_tiny_bench_flags(tiny_dir)]
+    CliRunner().invoke(cli, args)
+    kept = orjson.loads((out / "results.json").read_bytes())
+    assert kept["complete"] is False
+    assert [(r["strategy"], r["n"]) for r in kept["runs"]] == [("greedy", 1), ("best-of-n", 2)]
+    assert len((out / "results.csv").read_text().splitlines()) == 3
