@@ -73,7 +73,8 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_pro
     written during the run (disk full), 4 when every replica of a --workers run was lost, 130/143
     when stopped by Ctrl-C/SIGTERM (rerun with --resume to go on).
     """
-    from core.io.output_folder import OutputFolderError, prepare_output, refuse_earlier_answers
+    from core.io.output_folder import (OutputFolderError, prepare_output, refuse_earlier_answers,
+                                       refuse_other_settings)
     from core.models.specs import ModelSpecError, check_model_spec
 
     settings, search_cfg, policy = build_settings(opts)
@@ -81,6 +82,7 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_pro
     if out_dir:  # before the input is read: a table input loads `datasets`, which takes a second
         try:
             refuse_earlier_answers(Path(out_dir), overwrite, resume)
+            refuse_other_settings(Path(out_dir), run_config(settings, search_cfg, policy, {}, {}), resume, force)
         except OutputFolderError as exc:
             raise click.UsageError(str(exc)) from exc
     problem_input = open_input(problems, dataset, dataset_config, split, shuffle, search_cfg.seed, limit,

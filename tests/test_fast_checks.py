@@ -30,6 +30,9 @@ def _write(path, lines):
     return path
 
 
+# a run config of another policy and no model fields: a --resume over it must be refused
+EARLIER_RUN_JSON = {"version": 1, "policy": "specscale", "models": {}, "search": {}, "input": {}}
+
 CASES = {
     "missing file": (lambda d: ["nope.jsonl"], "no such file: nope.jsonl"),
     "N not divisible by M": (lambda d: [str(GSM8K), "-n", "6", "-m", "4"], "must be divisible by beam width M=4"),
@@ -47,11 +50,17 @@ CASES = {
     "answers.jsonl is a folder": (lambda d: [str(GSM8K), "-o", str(_answers_dir(d))], "is not a regular file"),
     "a CSV into a folder with answers": (lambda d: [str(_csv(d)), "-o", str(_earlier_run(d))],
                                          "already holds answers of an earlier run"),
+    "a CSV resumed with other settings": (lambda d: [str(_csv(d)), "-o", str(_earlier_run(d, EARLIER_RUN_JSON)),
+                                                     "--resume"],
+                                          'policy: "specscale" -> "non-spec"'),
 }
 
 
-def _earlier_run(d):
+def _earlier_run(d, run_json: dict | None = None):
+    """An output folder with one answer and, when given, that run.json."""
     (d / "out").mkdir()
+    if run_json is not None:
+        (d / "out" / "run.json").write_bytes(orjson.dumps(run_json))
     (d / "out" / "answers.jsonl").write_text('{"id": "1"}\n')
     return d / "out"
 

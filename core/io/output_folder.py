@@ -298,6 +298,36 @@ def refuse_earlier_answers(out: Path, overwrite: bool, resume: bool) -> None:
                                 f"the problems it lacks, --overwrite to replace it, or choose another -o")
 
 
+def refuse_other_settings(out: Path, config: dict, resume: bool, force: bool) -> None:
+    """The early, input-free part of the ``--resume`` settings check, so that a mismatch is refused
+    before the input is read (a table input loads ``datasets``, about a second).
+
+    Compares every part of ``config`` but ``input`` (its resolved fields are known only once the
+    input is opened; :func:`prepare_output` compares the whole config later). Anything it cannot
+    judge (no run.json, an unreadable one, ``--force``) is left to that later check.
+
+    Raises:
+        OutputFolderError: OUT/run.json is a readable run config whose settings differ from ``config``.
+    """
+    if not resume or force:
+        return
+    try:
+        previous = read_run_config(out)
+    except ResumeError:
+        return
+    if previous is None or any(key not in previous for key in RUN_CONFIG_KEYS):
+        return
+    without_input = lambda c: {k: v for k, v in c.items() if k != "input"}  # noqa: E731
+    diffs = config_differences(without_input(previous), without_input(config), ignore=(USED_CONTEXT,))
+    if diffs:
+        raise _other_settings(out / RUN_FILENAME, diffs)
+
+
+def _other_settings(run_json: Path, diffs: list[str]) -> OutputFolderError:
+    return OutputFolderError(f"{run_json} records other settings than this run ({'; '.join(diffs)}); rerun with "
+                             f"the same settings, or pass --force to resume anyway")
+
+
 def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, resume: bool, force: bool,
                     traces: bool) -> None:
     out = prepared.out
@@ -351,8 +381,7 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
     # (core.io.output_folder.check_used_context), not here
     diffs = config_differences(previous, config, ignore=(USED_CONTEXT,)) if previous is not None else []
     if diffs and not force:
-        raise OutputFolderError(f"{run_json} records other settings than this run ({'; '.join(diffs)}); rerun with "
-                                f"the same settings, or pass --force to resume anyway")
+        raise _other_settings(run_json, diffs)
     if diffs:
         # run.json gets this run's settings; keep those the earlier answers were made with
         config.setdefault(INFO_KEY, {})["forced_over"] = {k: v for k, v in previous.items() if k != INFO_KEY}
