@@ -150,7 +150,7 @@ def model_settings_problems(models: dict) -> list[tuple[str, str]]:
         if key in models and not models[key].strip():
             problems.append((key, "must name a model"))
     for key, low in (("block_size", 1), ("max_num_seqs", 1), ("max_num_batched_tokens", 1), ("max_model_len", 2),
-                     ("gen_kv_bytes", 1), ("prm_kv_bytes", 1)):
+                     ("gen_kv_bytes", 1), ("prm_kv_bytes", 1), ("threads", 1)):
         if models.get(key) is not None and models[key] < low:
             problems.append((key, f"must be >= {low}, got {models[key]}"))
     return problems

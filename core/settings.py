@@ -98,6 +98,9 @@ class ModelSettings:
         on CUDA a share of the device memory left free by the weights (see :mod:`core.solver`).
     attention_backend: ``auto``, ``torch`` or ``flashinfer`` (:data:`ATTENTION_BACKENDS`).
     enforce_eager: no CUDA graphs for decode steps (they are used with the flashinfer backend on CUDA).
+    threads: torch CPU threads of the process that loads the models (None: torch's default, one per
+        core). 1 on a machine shared with another heavy job: torch's threads wait on each other at
+        every operation, and a core held by another process makes that wait dominate.
     """
 
     generator: str = "smollm2-135m-instruct"
@@ -114,3 +117,4 @@ class ModelSettings:
     enable_prefix_caching: bool = True
     attention_backend: str = "auto"
     enforce_eager: bool = False
+    threads: int | None = None

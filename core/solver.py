@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from core.engine.engine import EngineConfig, GenerationEngine
 from core.models.loader import LoadedModel, load_model
 from core.settings import ModelSettings
@@ -186,6 +188,8 @@ def load_models(settings: ModelSettings, generator: LoadedModel | None = None,
     """
     if settings.scorer not in SCORERS:
         raise ValueError(f"unknown scorer '{settings.scorer}'; choose one of {', '.join(SCORERS)}")
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
     generator = generator or load_model(settings.generator, settings.dtype, settings.device)
     if generator.head != "lm":
         raise ValueError(f"generator '{generator.name}' is a PRM with a {generator.head!r} head, not a causal LM")

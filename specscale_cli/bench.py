@@ -490,9 +490,13 @@ def output_and_problems(out_dir, problems_file, limit: int):
 
 def _load_models(settings):
     """Generator and PRM of ``settings``; a model that cannot be loaded is a usage error (exit 2)."""
+    from core.cpu_load import current_busy_note
     from core.models.loader import ModelLoadError
     from core.solver import load_models
 
+    note = current_busy_note(settings.threads) if settings.device == "cpu" else None
+    if note:
+        click.echo(f"note: {note}", err=True)
     try:
         return load_models(settings)
     except (ModelLoadError, ValueError) as exc:

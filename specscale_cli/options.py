@@ -28,6 +28,8 @@ _MODEL_OPTIONS = [
     (("--max-num-batched-tokens",), "max_num_batched_tokens", click.IntRange(min=1), "Engine: tokens per step."),
     (("--max-model-len",), "max_model_len", click.IntRange(min=2), "Engine: context limit in tokens."),
     (("--block-size",), "block_size", click.IntRange(min=1), "Engine: tokens per KV block."),
+    (("--threads",), "threads", click.IntRange(min=1),
+     "CPU threads torch uses (default: one per core). Give 1 on a machine shared with another heavy job."),
     (("--attention-backend",), "attention_backend", click.Choice(ATTENTION_BACKENDS),
      "Engine: attention kernels. " + "; ".join(f"{k}: {v}" for k, v in ATTENTION_BACKEND_DESCRIPTIONS.items()) + "."),
 ]

@@ -18,7 +18,7 @@ from core.io.resume import INFO_KEY
 # ModelSettings fields that size or place the engines but do not change what is generated; a
 # resumed run may change them (e.g. a smaller KV pool, another GPU), so they are not compared.
 _ENGINE_FIELDS = ("device", "block_size", "gen_kv_bytes", "prm_kv_bytes", "max_num_seqs",
-                  "max_num_batched_tokens", "enable_prefix_caching")
+                  "max_num_batched_tokens", "enable_prefix_caching", "threads")
 # solve options that say where and how to run, not what is solved; left out of the resume hint
 _NOT_REPEATED = ("out_dir", "overwrite", "resume", "force")
 

@@ -127,6 +127,7 @@ def _check_workers(workers: int, ray_address: str | None) -> None:
 def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, max_concurrent, traces, dashboard_on,
          signals, workers=1, ray_address=None, cleanup=None) -> int:
     """Everything after the checks: load, write run.json, search, summarise. Returns the exit code."""
+    from core.cpu_load import current_busy_note
     from core.distributed import ReplicasLost
     from core.io.durable import OutputWriteError
     from core.io.output_folder import OutputFolderError, check_used_context
@@ -154,6 +155,9 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
             click.echo(f"resume: nothing to do: every problem of {source} has a record", err=True)
             return EXIT_SOME_ERRORS if done.errors else EXIT_OK
 
+    note = current_busy_note(settings.threads) if settings.device == "cpu" and workers == 1 else None
+    if note:
+        click.echo(f"note: {note}", err=True)
     click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)"
                + (f" in {workers} replicas" if workers > 1 else "") + "...", err=True)
     runtime = pool = None

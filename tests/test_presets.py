@@ -101,7 +101,7 @@ def test_every_field_has_a_flag_that_overrides_it(any_device):
             "--dtype", "bfloat16", "--device", "cuda", "--block-size", "8", "--kv-cache-gb", "0.5",
             "--prm-kv-cache-gb", "0.25", "--max-num-seqs", "7", "--max-num-batched-tokens", "99",
             "--max-model-len", "1234", "--no-prefix-caching", "--attention-backend", "torch", "--enforce-eager",
-            "-n", "6", "-m", "3", "--temperature", "0.5", "--top-p", "0.9", "--max-steps", "5",
+            "--threads", "3", "-n", "6", "-m", "3", "--temperature", "0.5", "--top-p", "0.9", "--max-steps", "5",
             "--step-delimiter", "\\t", "--max-step-tokens", "33", "--max-tokens", "300", "--aggregation", "min",
             "--seed", "7", "--system-prompt", "", "--no-ep", "--no-cd", "--perfect-score", "2",
             "--no-lv", "--lv-threshold", "100", "--lv-max-deferrals", "2", "--strategy", "dvts",
@@ -110,7 +110,8 @@ def test_every_field_has_a_flag_that_overrides_it(any_device):
     assert models == {"generator": "gen-x", "prm": "prm-y", "scorer": "lm-judge", "dtype": "bfloat16",
                       "device": "cuda", "block_size": 8, "gen_kv_bytes": GIB // 2, "prm_kv_bytes": GIB // 4,
                       "max_num_seqs": 7, "max_num_batched_tokens": 99, "max_model_len": 1234,
-                      "enable_prefix_caching": False, "attention_backend": "torch", "enforce_eager": True}
+                      "enable_prefix_caching": False, "attention_backend": "torch", "enforce_eager": True,
+                      "threads": 3}
     assert search == {"beam_size": 6, "beam_width": 3, "temperature": 0.5, "top_p": 0.9, "max_steps": 5,
                       "step_delimiter": "\t", "max_step_tokens": 33, "max_tokens": 300, "aggregation": "min",
                       "seed": 7, "system_prompt": "", "early_pruning": False, "dedup": False,
@@ -279,3 +280,5 @@ def test_every_shipped_preset_can_be_shown(name):
     assert len(rows) == 1
     if name == "smollm2-cpu":  # its pools are sized to the work
         assert "sized to the work" in rows[0]
+    threads = [line for line in res.output.splitlines() if " threads " in line]
+    assert len(threads) == 1 and "one per core" in threads[0]  # no preset pins torch's thread count

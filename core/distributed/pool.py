@@ -229,6 +229,8 @@ class ReplicaPool:
 
         cpus, most, gpus = self.session.resources()
         res = replica_resources(self.workers, self.settings.device, cpus, most, gpus)
+        if self.settings.threads:
+            res["threads"] = self.settings.threads  # --threads: the user's count for every replica
         actor_cls = ray.remote(Replica).options(num_cpus=res["num_cpus"], num_gpus=res["num_gpus"], max_restarts=0,
                                                 # a second slot: pid() and close() need not wait behind exchange()
                                                 max_concurrency=2)
