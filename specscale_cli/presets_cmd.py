@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import textwrap
 
 import click
 import orjson
@@ -78,7 +79,6 @@ def _print_list(rows: list[dict]) -> None:
 def _print_narrow(console, rows: list[dict]) -> None:
     """One block of lines per preset, for terminals too narrow for the table (under 120 columns)."""
     from rich.markup import escape
-    from rich.padding import Padding
     from rich.text import Text
 
     console.print("Presets (use: specscale solve --preset NAME; details: specscale presets NAME)", style="italic")
@@ -92,7 +92,10 @@ def _print_narrow(console, rows: list[dict]) -> None:
         console.print(f"  generator  {escape(row['generator'])}")
         console.print(f"  PRM        {escape(row['prm'])}")
         if row["description"]:
-            console.print(Padding(Text(row["description"], style="dim"), (0, 0, 0, 2)))
+            # wrapped here, at words and with the block's indent, so no line carries rich's padding
+            wrapped = textwrap.fill(row["description"], width=max(console.width - 1, 20), initial_indent="  ",
+                                    subsequent_indent="  ")
+            console.print(Text(wrapped, style="dim"), soft_wrap=True)
 
 
 def _show_one(preset, as_json: bool) -> None:

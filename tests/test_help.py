@@ -54,7 +54,7 @@ def test_version():
 def test_presets_list_reads_at_80_columns(monkeypatch):
     from specscale_cli import presets_cmd
 
-    from core.presets import available_presets
+    from core.presets import available_presets, read_preset
 
     consoles = []
     real = Console
@@ -71,6 +71,11 @@ def test_presets_list_reads_at_80_columns(monkeypatch):
     for name in available_presets():
         assert any(line.startswith(f"{name}  ") for line in lines), name  # names whole, never broken
     assert presets_cmd.WIDE_TABLE > 80
+    # descriptions wrap at words under the block's indent, and no line ends in padding
+    assert all(line == line.rstrip() for line in lines)
+    text = " ".join(line.strip() for line in lines)
+    for name, path in available_presets().items():
+        assert read_preset(name).description in text, name
 
 
 def test_policy_and_scorer_names_match_the_code():
