@@ -73,9 +73,12 @@ def summarize(trace: dict) -> dict:
     ``pruned``/``pruned_by_rule`` count candidates that lost selection; ``cancelled``/
     ``cancelled_by_rule`` count candidates ended without losing one (below a pruned candidate, a
     surplus child...), as in ``summary.json``, so ``pruned == sum(pruned_by_rule.values())`` and
-    the same for cancelled. Tokens: ``tokens_generated`` sums every step's tokens;
-    ``tokens_wasted`` those of pruned and cancelled candidates; ``dedup_saved_tokens`` estimates
-    tokens CD did not compute (a step shared by ``potential`` candidates was computed once).
+    the same for cancelled. Tokens, as in the problem's answer record: ``tokens_generated`` what
+    the generator computed for the problem (``num_generated_tokens``), ``tokens_sampled`` the
+    tokens drawn for its candidates (every node's step, the part drawn before a cancel included:
+    ``num_sampled_tokens``), ``dedup_saved_tokens`` of those the ones CD drew once for several
+    candidates (``num_cd_saved_tokens``); ``tokens_wasted`` the steps of pruned and cancelled
+    candidates. A trace written before these counts existed gets estimates from its nodes.
     """
     nodes = trace["nodes"][1:]
     status = Counter(n["status"] for n in nodes)
@@ -83,9 +86,14 @@ def summarize(trace: dict) -> dict:
     def rules(kind: str) -> dict:
         return dict(sorted(Counter(n.get("pruned_by") or "?" for n in nodes if n["status"] == kind).items()))
 
-    generated = sum(n["num_tokens"] for n in nodes)
+    sampled = sum(n["num_tokens"] for n in nodes)
     wasted = sum(n["num_tokens"] for n in nodes if n["status"] in WASTED)
-    saved = sum(n["num_tokens"] * (n.get("potential", 1) - 1) / max(1, n.get("potential", 1)) for n in nodes)
+    saved = trace.get("num_cd_saved_tokens")
+    if saved is None:  # an older trace: a step shared by `potential` candidates was computed once
+        saved = round(sum(n["num_tokens"] * (n.get("potential", 1) - 1) / max(1, n.get("potential", 1))
+                          for n in nodes))
+    sampled = trace.get("num_sampled_tokens", sampled)
+    generated = trace.get("num_generated_tokens", sampled - saved)
     return {
         "id": trace.get("id"), "policy": trace.get("policy"), "nodes": len(nodes),
         "max_depth": max((n["depth"] for n in nodes), default=0),
@@ -93,7 +101,8 @@ def summarize(trace: dict) -> dict:
         "completed": status.get("completed", 0), "pruned": status.get("pruned", 0),
         "cancelled": status.get("cancelled", 0),
         "pruned_by_rule": rules("pruned"), "cancelled_by_rule": rules("cancelled"),
-        "tokens_generated": generated, "tokens_wasted": wasted, "dedup_saved_tokens": round(saved),
+        "tokens_generated": generated, "tokens_sampled": sampled, "tokens_wasted": wasted,
+        "dedup_saved_tokens": saved,
         "speculative_nodes": sum(1 for n in nodes if n.get("speculative")),
     }
 
@@ -128,14 +137,15 @@ def render_tree(trace: dict, width: int) -> Tree:
                 f" [{n['end_reason']}]"
         style = STATUS_STYLE.get(n["status"], "")
         on_answer = n["id"] in best
+        # the figures first and the step's text last, so a narrow terminal cuts only the text
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append(ANSWER_MARK if on_answer else " ", style="bold yellow")
         line.append(SPECULATIVE_MARK if n.get("speculative") else " ", style="magenta")
-        line.append(f" d{n['depth']} {score} ", style=style)
-        line.append(_short(n.get("text", ""), width), style="bold yellow" if on_answer else style)
-        line.append(f"  {status}", style=style)
+        line.append(f" d{n['depth']} {score} {status}", style=style)
         if n.get("potential", 1) > 1:
-            line.append(f"  x{n['potential']}", style="magenta")
+            line.append(f" x{n['potential']}", style="magenta")
+        line.append("  ")
+        line.append(_short(n.get("text", ""), width), style="bold yellow" if on_answer else style)
         return line
 
     def add(branch: Tree, node_id: int) -> None:
@@ -176,8 +186,11 @@ def summary_table(s: dict) -> Table:
         table.add_row(key.replace("_", " "), str(s[key]))
     table.add_row("pruned (by rule)", with_rules(s["pruned"], s["pruned_by_rule"]))
     table.add_row("cancelled (by rule)", with_rules(s["cancelled"], s["cancelled_by_rule"]))
-    for key in ("speculative_nodes", "tokens_generated", "tokens_wasted", "dedup_saved_tokens"):
-        table.add_row(key.replace("_", " "), str(s[key]))
+    table.add_row("speculative nodes", str(s["speculative_nodes"]))
+    table.add_row("tokens generated", f"{s['tokens_generated']} computed by the generator")
+    table.add_row("tokens sampled", f"{s['tokens_sampled']} drawn for candidates (CD drew {s['dedup_saved_tokens']} "
+                                    f"of them once for several)")
+    table.add_row("tokens wasted", f"{s['tokens_wasted']} in steps of pruned or cancelled candidates")
     return table
 
 
@@ -202,29 +215,35 @@ def to_dot(trace: dict, width: int = 40) -> str:
 
 @click.command()
 @click.argument("trace_file", metavar="TRACE", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["tree", "dot", "json"]), default="tree", show_default=True,
-              help="tree: the tree with a legend and summary counts; dot: Graphviz source; json: summary counts.")
+@click.option("--format", "fmt", type=click.Choice(["tree", "text", "dot", "json"]), default="tree", show_default=True,
+              help="tree: the tree with a legend and summary counts; text: the same without colours; dot: "
+                   "Graphviz source; json: summary counts.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the output to this file instead of stdout (any format; the tree as plain text).")
+              help="Write the output to this file instead of stdout (any format; a tree as plain text with "
+                   "whole rows).")
 @click.option("--width", type=click.IntRange(min=10), default=70, show_default=True,
               help="Characters of step text per row (rows are also cut at the terminal's width).")
 def trace(trace_file, fmt, output, width):
     """Show one search tree (OUT/traces/<id>.json written by `specscale solve`).
 
-    Each row is one candidate step: depth, its PRM step score (s), its text and status.
+    Each row is one candidate step: depth, its PRM step score (s), its status (with the path
+    score p of a completed path), then its text.
+
     \b
     pruned     lost selection (rules: top-k, ep, perfect-score)
-    cancelled  never needed: below a pruned candidate, a surplus child (surplus),
-               past FastTTS's cap (fasttts-cap)
-    ★ marks the path of the answer, ~ a speculative step, xK a step shared by K candidates (CD).
+    cancelled  never needed: below a pruned candidate, a surplus child
+               (surplus), past FastTTS's cap (fasttts-cap)
+    ★          the path of the answer
+    ~          a speculative step
+    xK         a step shared by K candidates (CD)
     """
     data = load_trace(trace_file)
-    if fmt == "tree":
+    if fmt in ("tree", "text"):
         if output:
             # a file gets plain text with whole rows, whatever the terminal
             console = Console(file=io.StringIO(), width=FILE_WIDTH, no_color=True, highlight=False)
         else:
-            console = Console(highlight=False, width=_terminal_width())
+            console = Console(highlight=False, width=_terminal_width(), no_color=fmt == "text")
         console.print(render_tree(data, width))
         console.print(legend())
         console.print(summary_table(summarize(data)))

@@ -3,6 +3,9 @@ every format, rows cut at the width."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 import orjson
 import pytest
 from click.testing import CliRunner
@@ -91,6 +94,29 @@ def test_rows_are_cut_not_wrapped_on_a_narrow_terminal(trace_file):
     assert len(tree_rows) == 1 + 11  # the title and one row per node: nothing wrapped onto a second line
 
 
+def test_a_narrow_terminal_cuts_the_step_text_and_keeps_every_status(trace_file):
+    long = dict(TRACE, nodes=[dict(n, text="word " * 40) for n in NODES])
+    path = trace_file.with_name("long.json")
+    path.write_bytes(orjson.dumps(long))
+    res = CliRunner().invoke(cli, ["trace", str(path)], env={"COLUMNS": "80"})
+    rows = [line for line in res.output.split("legend")[0].splitlines() if " d1 " in line or " d2 " in line]
+    assert len(rows) == 11 and max(len(line) for line in rows) <= 80
+    statuses = Counter(re.search(r" d\d s +(?:[\d.]+|-) +(\w+)", row).group(1) for row in rows)
+    assert statuses == Counter(n["status"] for n in NODES[1:])
+    assert sum("completed [eos] p 0.950" in row for row in rows) == 1
+
+
+def test_token_counts_are_the_answer_records(trace_file):
+    counted = dict(TRACE, num_generated_tokens=150, num_sampled_tokens=180, num_cd_saved_tokens=30)
+    s = summarize(counted)
+    assert (s["tokens_generated"], s["tokens_sampled"], s["dedup_saved_tokens"]) == (150, 180, 30)
+    # an older trace without the counts: from the nodes (node 5's step was shared by 2 candidates)
+    s = summarize(TRACE)
+    assert s["tokens_sampled"] == sum(10 + i for i in range(1, 12))
+    assert s["dedup_saved_tokens"] == round((10 + 5) / 2)
+    assert s["tokens_generated"] == s["tokens_sampled"] - s["dedup_saved_tokens"]
+
+
 def test_a_file_gets_whole_rows_whatever_the_terminal(trace_file, tmp_path):
     long = dict(TRACE, nodes=[dict(n, text="word " * 40) if n["id"] == 4 else n for n in NODES])
     path = trace_file.with_name("long.json")
@@ -101,5 +127,5 @@ def test_a_file_gets_whole_rows_whatever_the_terminal(trace_file, tmp_path):
     text = target.read_text(encoding="utf-8")
     row = next(line for line in text.splitlines() if "word word" in line)
     # the whole step text and the row's end (status, path score), not cut at the terminal's 50 columns
-    assert "word " * 39 in row and row.endswith("completed [eos] p 0.950")
+    assert "word " * 39 in row and "completed [eos] p 0.950" in row and row.endswith("word")
     assert not any(line != line.rstrip() for line in text.splitlines())  # no trailing padding

@@ -82,6 +82,9 @@ class StepOutput:
     num_sampled: tokens drawn, one per logical candidate. num_deduplicated: of those, tokens that
         joined an equal token of another candidate on one sequence (CD): appended and computed
         once for several candidates.
+    draws: per sampled sequence, ``(candidate id, tokens drawn, tokens deduplicated)``: the id is
+        the first candidate the sequence carried when it drew (its caller's owner of all of them),
+        so callers can share ``num_sampled``/``num_deduplicated`` out among their problems.
     """
 
     sampled: dict[int, list[int]] = field(default_factory=dict)
@@ -94,6 +97,7 @@ class StepOutput:
     num_logit_rows: int = 0
     num_sampled: int = 0
     num_deduplicated: int = 0
+    draws: list[tuple[CandidateId, int, int]] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -416,6 +420,8 @@ class GenerationEngine:
         else:
             groups = [(t, [j]) for j, t in enumerate(tokens)]
         out.num_deduplicated += len(tokens) - len(groups)
+        if seq.candidates:
+            out.draws.append((seq.candidates[0], len(tokens), len(tokens) - len(groups)))
         seeds, candidates = seq.seeds, seq.candidates
         members = [seq]
         for token, idx in groups[1:]:

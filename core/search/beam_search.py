@@ -125,7 +125,10 @@ class BeamSearch:
         count, size, width = beam_shape(config)
         self.beams = [Beam(i, size, width) for i in range(count)]
         self.done = False
-        self.generated_tokens = 0
+        # tokens drawn for this problem's candidates (one per candidate), and of those the ones CD
+        # drew once for several candidates (counted by the driver from the engine's draws)
+        self.sampled_tokens = 0
+        self.cd_saved_tokens = 0
 
     def cid(self, node: Node) -> CandidateId:
         """The id under which the engine and the verifier know ``node``."""
@@ -197,9 +200,6 @@ class BeamSearch:
         node.status = NodeStatus.FINISHED
         node.potential = len(seq.candidates)
         node.t_finish = self.tree.now()
-        # with CD one sequence carries several candidates: its tokens were generated once
-        if first:
-            self.generated_tokens += len(node.token_ids)
         beam = self._beam(node)
         if self.policy.expand == FIRST_CHILD_AT_ONCE and node in beam.frontier:
             self._extend_first_child(node)
@@ -432,10 +432,11 @@ class BeamSearch:
             self._cancel_subtree(child, rule)
 
     def _end(self, node: Node, status: NodeStatus, reason: EndReason, rule: str) -> None:
-        """Mark a candidate dead by a policy rule; count the tokens a still-generating one had made."""
-        first_on_seq = node.seq is not None and node.seq.candidates[:1] == [self.cid(node)]
-        if node.status is NodeStatus.GENERATING and first_on_seq:
-            self.generated_tokens += max(0, len(node.seq.token_ids) - node.step_start)
+        """Mark a candidate dead by a policy rule; a still-generating one keeps the part of its step
+        drawn so far (the trace shows what was wasted)."""
+        if node.status is NodeStatus.GENERATING and node.seq is not None:
+            node.token_ids = node.seq.token_ids[node.step_start:]
+            node.text = self.tokenizer.decode(node.token_ids, skip_special_tokens=True)
         node.status, node.end_reason, node.pruned_by = status, reason, rule
         counts = self.prune_counts.pruned if status is NodeStatus.PRUNED else self.prune_counts.cancelled
         counts[rule] = counts.get(rule, 0) + 1
@@ -489,6 +490,10 @@ class BeamSearch:
             "strategy": self.config.strategy,
             "select": self.config.select,
             "completions": completions,
-            "num_generated_tokens": self.generated_tokens,
+            # what the generator computed for this problem; num_sampled_tokens counts a token CD
+            # drew once for several candidates once per candidate (the sum of the nodes' steps)
+            "num_generated_tokens": self.sampled_tokens - self.cd_saved_tokens,
+            "num_sampled_tokens": self.sampled_tokens,
+            "num_cd_saved_tokens": self.cd_saved_tokens,
             "num_nodes": len(self.tree.nodes) - 1,
         }

@@ -187,7 +187,12 @@ class SearchDriver:
         return entry[1] if entry is not None else None
 
     def _route_step(self, out: StepOutput) -> None:
-        """Hand the step's fork and stop events to the searches owning their candidates."""
+        """Hand the step's draws, fork and stop events to the searches owning their candidates."""
+        for cid, drawn, deduplicated in out.draws:
+            search = self._search_of(cid)
+            if search is not None:
+                search.sampled_tokens += drawn
+                search.cd_saved_tokens += deduplicated
         for ev in out.forked:
             child = self.engine.sequence(ev.child)
             by_search: dict[int, list] = {}

@@ -51,6 +51,10 @@ def problem_trace(search) -> dict:
     """The search tree of a finished problem as written to ``OUT/traces/`` (with its policy)."""
     trace = search.tree.to_dict()
     trace["policy"] = search.policy.name
+    # the problem's token counts, as in its answer record (the nodes alone cannot tell what CD shared)
+    trace["num_generated_tokens"] = search.sampled_tokens - search.cd_saved_tokens
+    trace["num_sampled_tokens"] = search.sampled_tokens
+    trace["num_cd_saved_tokens"] = search.cd_saved_tokens
     return trace
 
 
