@@ -44,6 +44,8 @@ CASES = {
         "p.jsonl: no valid problem in 2 records; p.jsonl:1: field 'problem': missing (also looked for 'question'); "
         "fields present: prompt, id; use --problem-field prompt (and 1 more bad record)"),
     "a CSV without the field": (lambda d: [str(_csv(d))], "no column 'problem' or 'question' (columns: prompt, id)"),
+    "a CSV with a header and no row": (lambda d: [str(_write_text(d / "h.csv", "problem,answer\n"))],
+                                       "h.csv: no problems (the file has no data rows)"),
     "unknown model path": (lambda d: [str(GSM8K), "--generator", "./no-model"], "--generator ./no-model: no such model"),
     "hub name offline": (lambda d: [str(GSM8K), "--generator", "org/not-cached"],
                          "--generator org/not-cached: not in the local Hugging Face cache, and HF_HUB_OFFLINE=1"),
@@ -63,6 +65,11 @@ def _earlier_run(d, run_json: dict | None = None):
         (d / "out" / "run.json").write_bytes(orjson.dumps(run_json))
     (d / "out" / "answers.jsonl").write_text('{"id": "1"}\n')
     return d / "out"
+
+
+def _write_text(path, text):
+    path.write_text(text)
+    return path
 
 
 def _csv(d):
@@ -108,3 +115,24 @@ def test_stdin_whose_every_record_is_bad_is_a_usage_error(tmp_path):
     assert proc.returncode == 2
     assert ("<stdin>: no valid problem in 2 records; <stdin>:1: invalid JSON" in proc.stderr.decode()
             and "PROBLEMS must be JSONL" in proc.stderr.decode())
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--dataset", "org/some-dataset"], "org/some-dataset: the Hugging Face hub cannot be reached"),
+    ([str(GSM8K), "--generator", "org/some-model"], "--generator org/some-model: the Hugging Face hub cannot be "
+                                                   "reached"),
+])
+def test_an_unreachable_hub_fails_in_one_line_without_retries(tmp_path, args, words):
+    # a hub endpoint that refuses connections at once: what a machine without network sees
+    env = {k: v for k, v in ENV.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    env["HF_HOME"] = str(tmp_path / "hf-home")  # nothing cached
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "specscale_cli", "solve", *args, "--no-dashboard"], cwd=tmp_path,
+                          env=env, capture_output=True, timeout=120)
+    seconds = time.perf_counter() - t0
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert words in err and "Retry" not in err and "Traceback" not in err
+    assert seconds < 10, f"{seconds:.1f} s"  # datasets' import is most of it; its retries took 24 s
+    assert not (tmp_path / "runs").exists()

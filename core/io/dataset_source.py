@@ -78,6 +78,15 @@ def _load(name_or_path: str, config: str | None):
     else:
         args, kwargs = (name_or_path,), {}
         where = "hub"
+        if not _hub_offline():
+            from core.models.specs import hub_unreachable
+
+            # `datasets` retries a hub it cannot reach for half a minute, logging every retry
+            problem = hub_unreachable(name_or_path, "dataset")
+            if problem:
+                raise DatasetError(f"{name_or_path}: the Hugging Face hub cannot be reached ({problem}); pass a local "
+                                   f".jsonl/.json/.parquet file, or set HF_HUB_OFFLINE=1 to use a copy in the local "
+                                   f"Hugging Face cache")
     if config is not None:
         kwargs["name"] = config
     # `datasets` logs reader failures with their traceback; our DatasetError says it in one line
@@ -91,6 +100,9 @@ def _load(name_or_path: str, config: str | None):
             raise DatasetError(f"{name_or_path}: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
                                f"forbids downloading it ({message}); unset HF_HUB_OFFLINE on a machine with "
                                f"network, or pass a local .jsonl/.json/.parquet file") from exc
+        if where == "local data" and "corresponds to no data" in message:
+            # `datasets`' words for a table with a header and no row
+            raise DatasetError(f"{name_or_path}: no problems (the file has no data rows)") from exc
         if "config name is missing" in message.lower():
             message += " (choose one with --dataset-config)"
         if where == "local data" and path.suffix.lower() == ".jsonl":
@@ -176,6 +188,16 @@ def local_columns(path: Path) -> list[str] | None:
     return None
 
 
+def _csv_has_a_row(path: Path) -> bool:
+    """Whether a CSV file has a non-blank row after its header (read up to that row only)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        rows = csv.reader(fh)
+        next(rows, None)
+        return any(any(cell.strip() for cell in row) for row in rows)
+
+
 def _missing_problem_column(source: str, columns: Sequence[str], problem_fields: Sequence[str]) -> DatasetError:
     wanted = " or ".join(repr(f) for f in problem_fields)
     return DatasetError(f"{source}: no column {wanted} (columns: {', '.join(columns)}); choose one with "
@@ -212,13 +234,15 @@ def open_dataset(
     Raises:
         DatasetError: see :func:`_load`; an unknown split; no column for the problem statement.
     """
-    import numpy as np
-
     path = Path(name_or_path).expanduser()
     if path.is_file():
         columns = local_columns(path)
         if columns is not None and not any(f in columns for f in problem_fields):
             raise _missing_problem_column(name_or_path, columns, problem_fields)
+        if columns is not None and path.suffix.lower() == ".csv" and not _csv_has_a_row(path):
+            raise DatasetError(f"{name_or_path}: no problems (the file has no data rows)")
+    import numpy as np
+
     dataset_dict = _load(name_or_path, config)
     split = _pick_split(dataset_dict, name_or_path, split)
     ds = dataset_dict[split]

@@ -93,6 +93,21 @@ def check_model_spec(spec: str, flag: str = "--generator") -> None:
                              f"(org/name) or one of the embedded models: {', '.join(EMBEDDED_MODELS)}")
 
 
+def hub_unreachable(repo: str, repo_type: str = "model") -> str | None:
+    """None when the hub answers about ``repo`` (whatever it says), else the connection error's
+    name; one request with a :data:`HUB_TIMEOUT_S` limit, so no client retries for tens of seconds."""
+    import huggingface_hub
+    from huggingface_hub import errors
+
+    try:
+        huggingface_hub.HfApi().repo_info(repo, repo_type=repo_type, timeout=HUB_TIMEOUT_S)
+    except errors.HfHubHTTPError:
+        return None  # it answered (not found, gated, ...): the loader reports that
+    except Exception as exc:  # noqa: BLE001 - connection errors come from several HTTP libraries
+        return type(exc).__name__
+    return None
+
+
 def _check_hub_name(repo: str, flag: str) -> None:
     import huggingface_hub
     from huggingface_hub import errors
