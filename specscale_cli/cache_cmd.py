@@ -56,7 +56,16 @@ def clear(match, yes):
         click.echo(f"nothing to remove in {cache_root()}")
         return
     total = _gib(sum(e.size_bytes for e in entries))
-    if not yes and not click.confirm(f"remove {len(entries)} cached model(s), {total}?", default=False):
-        raise click.Abort()
+    if not yes:
+        try:
+            confirmed = click.confirm(f"remove {len(entries)} cached model(s), {total}?", default=False)
+        except click.Abort:
+            if sys.stdin.isatty():
+                raise
+            # the input ended before an answer (no terminal): say how to go on, not a bare "Aborted!"
+            raise click.UsageError(f"nothing removed: no answer on the input; pass -y to remove the "
+                                   f"{len(entries)} cached model(s) ({total}) without a question") from None
+        if not confirmed:
+            raise click.Abort()
     removed = clear_cache(match)
     click.echo(f"removed {len(removed)} cached model(s), {_gib(sum(e.size_bytes for e in removed))}")

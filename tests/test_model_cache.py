@@ -50,6 +50,20 @@ def test_store_keeps_one_copy_per_model(tmp_path, root):
     assert [p.name for p in root.iterdir()] == [second.name]
 
 
+def test_the_copy_is_readable_as_a_plain_write_would_be(tmp_path, root):
+    def private_weights(folder):
+        _save(folder)
+        (folder / "model.safetensors").chmod(0o600)  # what the weights writer leaves
+
+    umask = os.umask(0o022)
+    try:
+        copy = cache.store_copy(_gguf(tmp_path, b"m" * 100), private_weights)
+    finally:
+        os.umask(umask)
+    assert {p.name: p.stat().st_mode & 0o777 for p in copy.iterdir()} == {"config.json": 0o644,
+                                                                       "model.safetensors": 0o644}
+
+
 def test_a_crashed_write_leaves_nothing_that_is_used_later(tmp_path, root):
     gguf = _gguf(tmp_path, b"z" * 100)
 
@@ -85,6 +99,9 @@ def test_cache_command_lists_and_clears(tmp_path, root):
     assert copy.name in res.output and "total 0.0 MiB" in res.output
     res = CliRunner().invoke(cli, ["cache", "clear"], input="n\n")
     assert res.exit_code == 1 and copy.is_dir()  # asked, and the answer was no
+    res = CliRunner().invoke(cli, ["cache", "clear"], input="")
+    assert res.exit_code == 2 and copy.is_dir()  # no answer at all (no terminal): says how to go on
+    assert "nothing removed: no answer on the input; pass -y to remove the 1 cached model(s)" in res.output
     res = CliRunner().invoke(cli, ["cache", "clear", "--yes"])
     assert res.exit_code == 0 and "removed 1 cached model(s)" in res.output and not copy.exists()
     assert "no cached models" in CliRunner().invoke(cli, ["cache"]).output

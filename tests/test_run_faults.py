@@ -320,6 +320,34 @@ def test_second_run_into_a_locked_folder_is_refused_and_a_stale_lock_is_taken_ov
     assert res.exit_code == 0, res.output
     recs = records(out)
     assert len(recs) == len({r["id"] for r in recs}) == 3
+    assert not (out / LOCK_FILENAME).exists()  # a run that ends takes its lock file with it
+
+
+def test_a_lock_file_removed_while_it_is_being_locked_is_locked_again_where_it_now_is(tmp_path, monkeypatch):
+    import fcntl
+
+    from core.io.output_folder import RunLock
+
+    real_flock, calls = fcntl.flock, []
+
+    def flock(fd, op):
+        real_flock(fd, op)
+        calls.append(fd)
+        if len(calls) == 1:
+            # the run that held it ends between our open and our flock: it removes the file, and
+            # the next run creates another one of the same name
+            (tmp_path / LOCK_FILENAME).unlink()
+            (tmp_path / LOCK_FILENAME).write_text("")
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    lock = RunLock(tmp_path, "cmd")
+    assert len(calls) == 2 and lock.held
+    assert os.fstat(lock._fd).st_ino == os.stat(tmp_path / LOCK_FILENAME).st_ino
+    monkeypatch.undo()
+    with pytest.raises(Exception, match="in use by another specscale run"):
+        RunLock(tmp_path, "second")  # the file at the path is the locked one
+    lock.release()
+    assert not (tmp_path / LOCK_FILENAME).exists() and not lock.held
 
 
 BAD_RUN_JSON = {

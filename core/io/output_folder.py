@@ -49,6 +49,9 @@ class RunLock:
     The lock is an advisory ``flock`` on ``OUT/.specscale.lock``, whose content names the holder
     (pid, start time, command). The kernel drops the lock when its process exits, however it
     exits (kill -9 included), so a lock file left by a dead run is stale and simply taken over.
+    A run that ends removes the file while it still holds the lock; a process that opened the
+    file before that and locks it after finds it no longer at the path and starts over, so two
+    runs never hold locks on two files of the same name.
 
     Raises:
         OutputFolderError: another live process holds the lock (the message names its pid), or
@@ -62,19 +65,25 @@ class RunLock:
             import fcntl
         except ImportError:  # not POSIX (Windows): run unlocked rather than not at all
             return
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise OutputFolderError(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_holder(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OutputFolderError(f"{out} is in use by another specscale run ({holder}); wait for it to end "
-                                        f"or choose another -o") from exc
-            raise OutputFolderError(f"cannot lock {self.path}: {exc.strerror or exc}") from exc
+        for _ in range(_LOCK_ATTEMPTS):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise OutputFolderError(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _read_holder(fd)
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise OutputFolderError(f"{out} is in use by another specscale run ({holder}); wait for it to "
+                                            f"end or choose another -o") from exc
+                raise OutputFolderError(f"cannot lock {self.path}: {exc.strerror or exc}") from exc
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # the run that held it ended and removed it meanwhile: lock the file now there
+        else:
+            raise OutputFolderError(f"cannot lock {self.path}: it was replaced {_LOCK_ATTEMPTS} times while locking")
         self._fd = fd
         info = f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
         try:
@@ -89,11 +98,28 @@ class RunLock:
         return self._fd >= 0
 
     def release(self) -> None:
-        """Drop the lock (safe to call twice). The file stays: removing it could let two runs lock
-        two different files of the same name."""
+        """Remove the lock file and drop the lock (safe to call twice). The file goes first, while
+        the lock is held, so a waiting process never locks a file that is about to vanish."""
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
+            try:
+                if _same_file(fd, self.path):
+                    self.path.unlink()
+            except OSError:
+                pass  # a folder that cannot be written keeps the file; the next run takes it over
             os.close(fd)  # closing the descriptor drops the flock
+
+
+_LOCK_ATTEMPTS = 5
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _read_holder(fd: int) -> str:

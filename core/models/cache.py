@@ -113,6 +113,7 @@ def store_copy(gguf: Path, save) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         save(tmp)
+        _readable_by_all(tmp)
         if is_complete(final):
             shutil.rmtree(tmp)  # another process finished first; its copy is as good
         else:
@@ -125,6 +126,17 @@ def store_copy(gguf: Path, save) -> Path:
         if older != final and older.is_dir():
             shutil.rmtree(older, ignore_errors=True)  # the same model from an earlier file
     return final
+
+
+def _readable_by_all(folder: Path) -> None:
+    """Give the copy's files the mode a plain write would (0644 less the umask): the weights file
+    comes out 0600 from the writer's temporary file, so another user of a shared cache could not
+    read it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.iterdir():
+        if path.is_file():
+            path.chmod(0o644 & ~umask)
 
 
 @dataclass
