@@ -11,7 +11,7 @@ import orjson
 
 from core.settings import ATTENTION_BACKENDS, attention_backend_problem
 
-from .options import model_and_search_options
+from .options import THREADS_HELP, model_and_search_options, settle_threads
 
 
 @click.group()
@@ -209,10 +209,11 @@ def _mfu(model, tokenizer, batch: int, context: int, steps: int, peak: float, ba
 @click.option("--attention-backend", type=click.Choice(ATTENTION_BACKENDS), default="auto", show_default=True,
               help="Engine attention kernels (auto: flashinfer on CUDA when installed, torch otherwise).")
 @click.option("--enforce-eager", is_flag=True, help="Engine: no CUDA graphs for decode steps.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help=THREADS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (last line).")
 def bench_engine(model_spec, num_requests, equal_prompt, equal_output, mixed_prompt, mixed_output, hf_batch_size,
                  max_num_batched_tokens, mfu_context, seed, cases, device, dtype, attention_backend, enforce_eager,
-                 as_json):
+                 threads, as_json):
     """Output tokens/s of the engine vs `transformers` generate (static batches), same run, same weights.
 
     Also the decode MFU at batch --requests, and the weights-read bound of a decode step (weight
@@ -228,6 +229,7 @@ def bench_engine(model_spec, num_requests, equal_prompt, equal_output, mixed_pro
 
     from core.models.loader import load_model
 
+    settle_threads(threads, "cpu" if device == "cpu" else device)
     loaded = load_model(model_spec, dtype, device)
     model, tok = loaded.model, loaded.tokenizer
     vocab = model.config.vocab_size
@@ -490,13 +492,11 @@ def output_and_problems(out_dir, problems_file, limit: int):
 
 def _load_models(settings):
     """Generator and PRM of ``settings``; a model that cannot be loaded is a usage error (exit 2)."""
-    from core.cpu_load import current_busy_note
     from core.models.loader import ModelLoadError
     from core.solver import load_models
 
-    note = current_busy_note(settings.threads) if settings.device == "cpu" else None
-    if note:
-        click.echo(f"note: {note}", err=True)
+    # fixed for the whole benchmark: runs compared side by side get the same threads
+    settle_threads(settings.threads, settings.device)
     try:
         return load_models(settings)
     except (ModelLoadError, ValueError) as exc:

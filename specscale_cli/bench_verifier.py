@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import orjson
 
-from .options import build_settings, prm_options
+from .options import build_settings, prm_options, settle_threads
 
 SAMPLE_GSM8K = Path(__file__).resolve().parent.parent / "examples" / "gsm8k_sample.jsonl"
 
@@ -66,6 +66,7 @@ def bench_verifier(problems_file, limit, scorers, seed, as_json, **opts):
 
     console = Console(stderr=as_json)
     console.print(f"{len(pairs)} pairs from {len(problems)} problems of {path}; loading {settings.prm}...")
+    settle_threads(settings.threads, settings.device)
     try:
         prm = load_model(settings.prm, settings.dtype, settings.device)
         results = {}

@@ -103,9 +103,12 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
     finished = snap["problems_answered"] + snap["errors"]
     total = snap["problems_total"]
     busy = snap["generation_s"] + snap["verification_s"]
+    progress = (f"{finished}/{_int(total) if total is not None else '?'}  ETA {_eta(snap)}  "
+                f"elapsed {_clock(snap['wall_s'])}")
+    # the bar gives way first on a narrow panel: borders and padding 4, the row label 11, a gap 2
+    bar_width = min(30, width - 4 - 11 - len(progress) - 2)
     rows = [
-        ("problems", Text.assemble(_bar(finished, total), f"{finished}/{_int(total) if total is not None else '?'}  "
-                                   f"ETA {_eta(snap)}  elapsed {_clock(snap['wall_s'])}")),
+        ("problems", Text.assemble(_bar(finished, total, bar_width) if bar_width >= 5 else Text(), progress)),
         ("tokens/s", f"{_rate(snap['tokens_per_s_now'])} now · {_rate(snap['tokens_per_s'])} average · "
                      f"{_int(snap['generated_tokens'])} tokens generated"),
         ("sequences", f"{snap['running_sequences']} running · {_n(snap['logical_candidates'], 'candidate')} · "
@@ -121,7 +124,8 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
         ("EP / CD", f"{_n(snap['pruned_ep'], 'candidate')} pruned by EP · {_n(snap['cd_saved_tokens'], 'token')} "
                     f"saved by CD"),
         ("time", f"generation {snap['generation_s']:.1f} s ({_share(snap['generation_s'], busy)}) · "
-                 f"PRM {snap['verification_s']:.1f} s ({_share(snap['verification_s'], busy)})"),
+                 f"PRM {snap['verification_s']:.1f} s ({_share(snap['verification_s'], busy)})"
+                 + (f" · {_n(snap['torch_threads'], 'torch thread')}" if snap.get("torch_threads") else "")),
         ("accuracy", _accuracy(snap)),
         ("errors", Text(str(snap["errors"]), style="bold red" if snap["errors"] else "")),
     ]
@@ -169,7 +173,8 @@ def log_line(snap: dict) -> str:
     """One plain line with the key figures (for logs, where a live panel cannot draw)."""
     finished = snap["problems_answered"] + snap["errors"]
     total = snap["problems_total"] if snap["problems_total"] is not None else "?"
-    acc = f"{snap['correct']}/{snap['graded']}" if snap["graded"] else "n/a"
+    acc = (f"{snap['correct']}/{snap['graded']}" if snap["graded"] else
+           "pending" if not snap["problems_answered"] else "no gold answers")
     return (f"[{snap['wall_s']:8.1f}s] problems {finished}/{total} errors {snap['errors']} "
             f"ETA {_eta(snap)} | tok/s now {_rate(snap['tokens_per_s_now'])} "
             f"avg {_rate(snap['tokens_per_s'])} | seqs {snap['running_sequences']} "
@@ -178,7 +183,9 @@ def log_line(snap: dict) -> str:
             f"{snap['queue_tokens']} tok | PRM calls {snap['prm_calls']} "
             f"({_triggers(snap['flushes_by_trigger'], ', ')}) | EP pruned {snap['pruned_ep']} | "
             f"CD saved {snap['cd_saved_tokens']} tok | gen {snap['generation_s']:.1f}s "
-            f"PRM {snap['verification_s']:.1f}s | acc {acc}"
+            f"PRM {snap['verification_s']:.1f}s"
+            + (f" threads {snap['torch_threads']}" if snap.get("torch_threads") else "")
+            + f" | acc {acc}"
             + "".join(f" | replica {r['replica']}: {_replica_text(r)}" for r in snap.get("replicas") or []))
 
 
@@ -189,10 +196,13 @@ def summary_table(summary: dict) -> Table:
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
     total = _int(s["problems_total"]) if s["problems_total"] is not None else "?"
-    table.add_row("problems", f"{s['problems_answered']} answered, {_n(s['errors'], 'error')} (of {total})")
+    session = s.get("session") or {}
+    kept = session.get("kept_answers", 0) + session.get("kept_errors", 0)
+    table.add_row("problems", f"{s['problems_answered']} answered, {_n(s['errors'], 'error')} (of {total})"
+                  + (f"; {session['answers'] + session['errors']} this session, {kept} kept from before" if kept else ""))
     table.add_row("accuracy", _accuracy(s))
     table.add_row("tokens", f"{_int(s['generated_tokens'])} generated in {s['wall_s']:.1f} s "
-                            f"({_rate(s['tokens_per_s'])} tok/s)")
+                            f"({_rate(s['tokens_per_s'])} tok/s)" + (" this session" if kept else ""))
     table.add_row("PRM calls", f"{s['prm_calls']} ({_triggers(s['flushes_by_trigger'], ', ')})")
     table.add_row("PRM batches", f"{_rate(s['prm_mean_batch_tasks'])} tasks, {_rate(s['prm_mean_batch_tokens'])} "
                                  f"tokens ({_rate(s['prm_mean_batch_computed_tokens'])} computed) per call; "
@@ -259,6 +269,8 @@ class Dashboard:
         # (snapshot, perf_counter time it was taken); replaced whole, so the drawing thread never
         # sees a half-updated one
         self._snap: tuple[dict, float] | None = None
+        # torch's CPU thread count, set by the run's core.cpu_load.ThreadGovernor (None: not shown)
+        self.threads: int | None = None
 
     def __enter__(self):
         if self.live:
@@ -307,8 +319,15 @@ class Dashboard:
         self._next_sample = 0.0  # show the new count at the next update
 
     def snapshot(self, stats, runtime) -> dict:
-        """The current figures (see :func:`core.metrics.snapshot`)."""
-        return snapshot(stats, runtime.engine, runtime.verifier, self.counts, self.total, self.rate.rate())
+        """The current figures (see :func:`core.metrics.snapshot`), with ``torch_threads`` when known."""
+        snap = snapshot(stats, runtime.engine, runtime.verifier, self.counts, self.total, self.rate.rate())
+        if self.threads is not None:
+            snap["torch_threads"] = self.threads
+        return snap
+
+    def note(self, text: str) -> None:
+        """Print ``note: text`` above the live panel (or between log lines)."""
+        self.console.print(f"note: {text}", highlight=False, soft_wrap=True)
 
     def update(self, stats, runtime) -> None:
         """Called every driver iteration (main thread); takes a snapshot at most every ``refresh_s``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import click
 
@@ -14,11 +15,34 @@ from .solve import solve
 from .trace import trace
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _show_usage_error(self: click.UsageError, file=None) -> None:
+    """A usage error as one ``Error:`` line, without click's usage block and help hint around it
+    (the message names the flag, file or field at fault; ``--help`` is one flag away)."""
+    click.echo(f"Error: {self.format_message()}", file=file, err=file is None)
+
+
+class _Commands(click.Group):
+    """The `specscale` group; click's own exit handling, with usage errors shown by
+    :func:`_show_usage_error` while a command line is handled."""
+
+    def main(self, *args, **kwargs):
+        shown = click.UsageError.show
+        click.UsageError.show = _show_usage_error
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            click.UsageError.show = shown
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="specscale", prog_name="specscale")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 def cli(verbose):
     """SpecScale: PRM-guided (speculative) beam search for LLM math reasoning on one engine."""
+    from core.cpu_load import start_program_watch
+
+    # first: its window, up to the model load, tells how busy the cores are with other work
+    start_program_watch()
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     # transformers' per-tensor progress bars and advisory warnings drown the run's own output; set
@@ -26,6 +50,9 @@ def cli(verbose):
     # here would cost every command (and every usage error) most of a second
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if not sys.stderr.isatty():
+        # tqdm bars that transformers draws on its own (GGUF de-quantizing) are \r fragments in a log
+        os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 cli.add_command(solve)

@@ -13,6 +13,8 @@ from core.settings import GIB as _GIB
 from core.settings import (ATTENTION_BACKEND_DESCRIPTIONS, ATTENTION_BACKENDS, POLICY_DESCRIPTIONS, POLICY_NAMES,
                            SCORER_DESCRIPTIONS, SCORER_NAMES)
 
+THREADS_HELP = ("CPU threads torch uses, fixed. Default: the cores that other processes leave free (one per core "
+                "on an idle machine), looked at again as the run goes on.")
 _KV_HELP = ("{} KV pool: this many GiB allocated up front. Default: sized to the work (on CPU the pool grows "
             "on demand up to a share of the machine's memory; on CUDA a share of the free device memory).")
 
@@ -28,8 +30,7 @@ _MODEL_OPTIONS = [
     (("--max-num-batched-tokens",), "max_num_batched_tokens", click.IntRange(min=1), "Engine: tokens per step."),
     (("--max-model-len",), "max_model_len", click.IntRange(min=2), "Engine: context limit in tokens."),
     (("--block-size",), "block_size", click.IntRange(min=1), "Engine: tokens per KV block."),
-    (("--threads",), "threads", click.IntRange(min=1),
-     "CPU threads torch uses (default: one per core). Give 1 on a machine shared with another heavy job."),
+    (("--threads",), "threads", click.IntRange(min=1), THREADS_HELP),
     (("--attention-backend",), "attention_backend", click.Choice(ATTENTION_BACKENDS),
      "Engine: attention kernels. " + "; ".join(f"{k}: {v}" for k, v in ATTENTION_BACKEND_DESCRIPTIONS.items()) + "."),
 ]
@@ -289,3 +290,17 @@ def _torch_build_version() -> tuple[str, str | None] | None:
     if version is None or cuda is None:
         return None
     return version.group(1), cuda.group(1)
+
+
+def settle_threads(requested: int | None, device: str = "cpu"):
+    """Set torch's CPU threads before the models load (see :class:`core.cpu_load.ThreadGovernor`)
+    and print its note, if any; returns the governor (None off the CPU, where --threads alone counts)."""
+    from core.cpu_load import ThreadGovernor, program_watch
+
+    if device != "cpu":
+        return None
+    governor = ThreadGovernor(requested, program_watch())
+    note = governor.settle()
+    if note:
+        click.echo(f"note: {note}", err=True)
+    return governor

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import orjson
 
-from .options import build_settings, prm_options
+from .options import build_settings, prm_options, settle_threads
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NEAR_BEST = 0.95  # a threshold is "good enough" within 5% of the best measured throughput
@@ -115,6 +115,7 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
     console.print(f"loading {settings.prm} ({settings.scorer} scorer)...")
     # every input token must be computed, or cached prefixes would make small batches look fast
     settings = dataclasses.replace(settings, enable_prefix_caching=False)
+    settle_threads(settings.threads, settings.device)
     try:
         prm = load_model(settings.prm, settings.dtype, settings.device)
         verifier = build_verifier(settings, prm)

@@ -28,7 +28,7 @@ import click
 
 from .dashboard import Dashboard, summary_table
 from .inputs import input_options, open_input
-from .options import build_settings, model_and_search_options
+from .options import build_settings, model_and_search_options, settle_threads
 from .run_dir import rerun_command, run_config
 from .signals import Interrupted, StopSignals
 
@@ -127,7 +127,6 @@ def _check_workers(workers: int, ray_address: str | None) -> None:
 def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, max_concurrent, traces, dashboard_on,
          signals, workers=1, ray_address=None, cleanup=None) -> int:
     """Everything after the checks: load, write run.json, search, summarise. Returns the exit code."""
-    from core.cpu_load import current_busy_note
     from core.distributed import ReplicasLost
     from core.io.durable import OutputWriteError
     from core.io.output_folder import OutputFolderError, check_used_context
@@ -155,9 +154,8 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
             click.echo(f"resume: nothing to do: every problem of {source} has a record", err=True)
             return EXIT_SOME_ERRORS if done.errors else EXIT_OK
 
-    note = current_busy_note(settings.threads) if settings.device == "cpu" and workers == 1 else None
-    if note:
-        click.echo(f"note: {note}", err=True)
+    # replicas of a --workers run split the cores between them (core.distributed.pool)
+    governor = settle_threads(settings.threads, settings.device) if workers == 1 else None
     click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)"
                + (f" in {workers} replicas" if workers > 1 else "") + "...", err=True)
     runtime = pool = None
@@ -210,7 +208,7 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
     with dashboard as progress:
         try:
             _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here,
-                    progress, signals)
+                    progress, signals, governor)
         except Interrupted as stop:
             stopped = stop
         except OutputWriteError as exc:
@@ -219,6 +217,11 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
             lost = exc
     # the config part is run.json's content: the settings that decided the answers, as used
     summary = dashboard.final_summary(run_cfg)
+    if summary is not None:
+        # problem counts and accuracy are the whole run's; time, tokens, PRM and engine figures
+        # are this process's: say how the records split between the two
+        summary["session"] = {"answers": here["done"], "errors": here["errors"], "kept_answers": done.answers,
+                              "kept_errors": done.errors}
     if summary is not None and write_error is None:
         dashboard.console.print(summary_table(summary))
 
@@ -295,7 +298,7 @@ def _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurre
 
 
 def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here, progress,
-            signals):
+            signals, governor=None):
     """Search ``stream`` in this process (``runtime``) or on the replicas of ``pool``, writing each
     record as its problem finishes."""
     from core.io.writers import AnswerWriter, write_trace
@@ -338,9 +341,20 @@ def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, sour
                               runtime.verifier, runtime.scorer, search_cfg, policy=policy,
                               max_concurrent=max_concurrent, on_result=on_result,
                               on_error=lambda err: write_error(error_record(err)), source=source,
-                              on_iteration=lambda stats: progress.update(stats, runtime))
+                              on_iteration=lambda stats: _iteration(stats, runtime, progress, governor))
         progress.attach(driver.stats, runtime)
         return driver.run(stream)
+
+
+def _iteration(stats, runtime, progress, governor) -> None:
+    """After every driver iteration (main thread): the thread count follows the load, the dashboard
+    takes its snapshot."""
+    if governor is not None:
+        note = governor.tick()
+        if note:
+            progress.note(note)
+        progress.threads = governor.threads
+    progress.update(stats, runtime)
 
 
 def _report_repairs(done, answers_path: Path) -> None:

@@ -33,6 +33,16 @@ TINY = dict(
 BLOCK_SIZE = 4
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Commands run in this process set torch's thread count from the machine's load (see
+    core.cpu_load); each test starts with the count the session started with."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 def _tiny(config_cls, model_cls, seed: int):
     torch.manual_seed(seed)
     model = model_cls(config_cls(**TINY)).eval().float()

@@ -20,7 +20,7 @@ from core.io.writers import safe_filename
 from core.metrics import TokenRate, final_summary, snapshot
 from core.search.config import SearchConfig
 from core.search.driver import SearchDriver
-from specscale_cli.dashboard import Dashboard, render_panel, summary_table
+from specscale_cli.dashboard import Dashboard, _clock, render_panel, summary_table
 from test_cli import GSM8K, records, solve
 from conftest import make_runtime
 
@@ -28,7 +28,9 @@ PROBLEMS = [Problem("p1", "What is 2 + 3?", "5", 1), Problem("p2", "Compute 7 * 
             Problem("p3", "Is 9 prime?", "no", 3)]
 BASE = dict(beam_size=4, beam_width=2, temperature=1.0, max_steps=4, step_delimiter="e", max_step_tokens=64,
             max_tokens=512, perfect_score=None)
-RUNS = {"non-spec": ("non-spec", {}), "specscale-greedy": ("specscale", dict(temperature=0.0))}
+RUNS = {"non-spec": ("non-spec", {}), "specscale-greedy": ("specscale", dict(temperature=0.0)),
+        # sampled: candidates of one sequence fork mid-step and speculative steps are cancelled mid-way
+        "specscale-sampled": ("specscale", {})}
 
 
 def _run(loaded, policy, overrides):
@@ -80,6 +82,12 @@ def test_final_snapshot_agrees_with_results_and_trees(run):
     assert s["correct"] == correct and s["accuracy"] == correct / 3
     # answers count each physical step once; the run counts one token per logical candidate
     assert s["generated_tokens"] - s["cd_saved_tokens"] == sum(x["num_generated_tokens"] for x in results.values())
+    assert s["generated_tokens"] == sum(x["num_sampled_tokens"] for x in results.values())
+    assert s["cd_saved_tokens"] == sum(x["num_cd_saved_tokens"] for x in results.values())
+    for pid, res in results.items():
+        # every token drawn for a candidate is in its node's step, the part of a cancelled step included
+        assert sum(len(n.token_ids) for n in r["trees"][pid].nodes[1:]) == res["num_sampled_tokens"]
+        assert res["num_generated_tokens"] == res["num_sampled_tokens"] - res["num_cd_saved_tokens"]
     assert sum(s["flushes_by_trigger"].values()) == s["prm_calls"] == rt.verifier.stats.flushes > 0
     assert s["prm_tasks"] == sum(1 for t in r["trees"].values() for n in t.nodes if n.t_scored is not None)
     assert s["prm_mean_batch_tasks"] == s["prm_tasks"] / s["prm_calls"]
@@ -93,10 +101,14 @@ def test_final_snapshot_agrees_with_results_and_trees(run):
     if name == "non-spec":
         assert s["pruned_ep"] == 0 and s["cd_saved_tokens"] == 0 and set(s["flushes_by_trigger"]) == {"eager"}
         assert s["pruned_by_rule"]["top-k"] > 0
-    else:
+    elif name == "specscale-greedy":
         # greedy: every candidate on a sequence draws its token, all equal, and all but one are shared
         assert s["cd_saved_tokens"] == s["generated_tokens"] - rt.engine.total_logit_rows > 0
         assert s["pruned_ep"] > 0
+    else:
+        # speculative steps cancelled while they were still being generated keep what was drawn
+        assert any(n.status.value == "cancelled" and n.token_ids and n.t_finish is None
+                   for t in r["trees"].values() for n in t.nodes)
 
 
 def test_live_snapshots_are_consistent(run):
@@ -168,7 +180,7 @@ SUMMARY_KEYS = {
     "prm_computed_tokens", "prm_mean_batch_tasks", "prm_mean_batch_tokens", "prm_mean_batch_computed_tokens",
     "prm_queued_s", "pruned_ep", "pruned_by_rule", "cancelled_by_rule", "cd_saved_tokens", "generation_s",
     "verification_s", "peak_rss_bytes", "grading_timeouts", "config", "accuracy_best", "accuracy_weighted",
-    "accuracy_majority",
+    "accuracy_majority", "torch_threads", "session",
 }
 
 
@@ -265,6 +277,12 @@ def test_panel_keeps_one_width_and_cuts_rows(run):
         lines = _panel_text(snap, width).splitlines()
         assert {len(line) for line in lines} == {width}  # every row cut to the width: no wrap, no stale copy
         assert len(lines) == 12  # ten rows and two borders at any width
+        if width >= 60:  # the progress bar gives way before the clock: count, ETA and elapsed stay whole
+            assert f"3/3  ETA 0:00:00  elapsed {_clock(snap['wall_s'])} " in lines[1], lines[1]
+    progress = f"3/3  ETA 0:00:00  elapsed {_clock(snap['wall_s'])}"
+    assert _panel_text(snap, 100).splitlines()[1].count("━") == 30
+    assert _panel_text(snap, 60).splitlines()[1].count("━") == 60 - 4 - 11 - len(progress) - 2
+    assert "━" not in _panel_text(snap, 50).splitlines()[1]  # no room for 5: no bar
 
 
 def test_accuracy_pending_and_plurals(run):

@@ -146,6 +146,14 @@ def test_interrupt_then_resume_equals_uninterrupted_run(tiny_dir, reference, tmp
     recs = records(out)
     assert recs[0]["id"] == written[0] and len({r["id"] for r in recs}) == len(recs) == 3
     assert without_timing(recs) == without_timing(records(reference))
+    # the whole run's counts, and which part this session did; its token figures are its own
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert (summary["problems_total"], summary["problems_answered"], summary["errors"]) == (3, 3, 0)
+    assert summary["session"] == {"answers": 2, "errors": 0, "kept_answers": 1, "kept_errors": 0}
+    assert summary["generated_tokens"] == sum(r["num_sampled_tokens"] for r in recs[1:])
+    table = " ".join(res.output.split())  # the summary table wraps at the test terminal's width
+    assert "3 answered, 0 errors (of 3); 2 this session, 1 kept from before" in table
+    assert " tok/s) this session" in table
 
 
 def test_a_stop_while_a_record_is_written_counts_that_record_in_the_summary(tiny_dir, tmp_path, monkeypatch):

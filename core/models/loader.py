@@ -164,7 +164,7 @@ def _from_gguf(gguf: Path, dtype: torch.dtype):
         tok = AutoTokenizer.from_pretrained(cached)
         model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
         return model, tok
-    log.warning("de-quantizing %s once (about a minute on a laptop CPU); cached in %s", gguf.name, cached)
+    log.warning("de-quantizing %s once (about 30 s on 2 cores); cached in %s", gguf.name, cached)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
     # The GGUF quantizer marks the model unserializable although the weights are plain tensors now.
