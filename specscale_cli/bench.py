@@ -229,7 +229,7 @@ def bench_engine(model_spec, num_requests, equal_prompt, equal_output, mixed_pro
 
     from core.models.loader import load_model
 
-    settle_threads(threads, "cpu" if device == "cpu" else device)
+    settle_threads(threads, device)
     loaded = load_model(model_spec, dtype, device)
     model, tok = loaded.model, loaded.tokenizer
     vocab = model.config.vocab_size

@@ -205,8 +205,8 @@ def summary_table(summary: dict) -> Table:
                             f"({_rate(s['tokens_per_s'])} tok/s)" + (" this session" if kept else ""))
     table.add_row("PRM calls", f"{s['prm_calls']} ({_triggers(s['flushes_by_trigger'], ', ')})")
     table.add_row("PRM batches", f"{_rate(s['prm_mean_batch_tasks'])} tasks, {_rate(s['prm_mean_batch_tokens'])} "
-                                 f"tokens ({_rate(s['prm_mean_batch_computed_tokens'])} computed) per call; "
-                                 f"{s['prm_queued_s']:.1f} s queued (summed over tasks)")
+                                 f"tokens ({_rate(s['prm_mean_batch_computed_tokens'])} computed) per call")
+    table.add_row("PRM queue", f"{s['prm_queued_s']:.1f} s waited, summed over the steps scored")
     table.add_row("pruned", f"{sum(s['pruned_by_rule'].values())} candidates lost selection "
                             f"({_rules(s['pruned_by_rule'])}; EP's rules: {s['pruned_ep']})")
     table.add_row("cancelled", f"{sum(s['cancelled_by_rule'].values())} candidates never needed "

@@ -294,10 +294,12 @@ def _torch_build_version() -> tuple[str, str | None] | None:
 
 def settle_threads(requested: int | None, device: str = "cpu"):
     """Set torch's CPU threads before the models load (see :class:`core.cpu_load.ThreadGovernor`)
-    and print its note, if any; returns the governor (None off the CPU, where --threads alone counts)."""
+    and print its note, if any; returns the governor (None off the CPU, where only --threads counts)."""
     from core.cpu_load import ThreadGovernor, program_watch
 
     if device != "cpu":
+        if requested:
+            ThreadGovernor(requested, None).settle()  # the host threads asked for, nothing measured
         return None
     governor = ThreadGovernor(requested, program_watch())
     note = governor.settle()
