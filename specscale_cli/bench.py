@@ -321,7 +321,7 @@ def bench_search(problems_file, limit, policies, max_concurrent, request_rates, 
     writes OUT/results.json, OUT/beam_sizes.csv + beam_sizes.png, OUT/concurrency.csv +
     concurrency.png (paper §5.5-§5.6).
     """
-    from rich.console import Console
+    from .bench_report import report_console
 
     from core.bench.search_bench import (parse_policies, run_beam_size_study, run_benchmark,
                                          run_concurrency_study)
@@ -348,7 +348,7 @@ def bench_search(problems_file, limit, policies, max_concurrent, request_rates, 
                                  f">= {max(levels)}", param_hint="--concurrency")
     out, problems = output_and_problems(out_dir, problems_file, limit)
     models = _load_models(settings)
-    console = Console(stderr=True)
+    console = report_console()
 
     def on_run(name, rate, res):
         what = "all at once" if rate is None else f"{rate}/s arrivals"
@@ -422,7 +422,7 @@ def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_di
     Every strategy uses the preset's search settings (M, step limits, temperature; greedy runs at
     temperature 0) and --select for its answer; every selection's accuracy is reported too.
     """
-    from rich.console import Console
+    from .bench_report import report_console
 
     from core.bench.strategies_bench import run_strategies, strategy_config, strategy_points
     from core.io.durable import write_atomically
@@ -439,7 +439,7 @@ def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_di
         raise click.BadParameter(str(exc), param_hint="--sizes") from exc
     out, problems = output_and_problems(out_dir, problems_file, limit)
     models = _load_models(settings)
-    console = Console(stderr=True)
+    console = report_console()
 
     finished: list[dict] = []
 

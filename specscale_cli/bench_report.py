@@ -38,6 +38,21 @@ def _get(res: dict, key: str):
     return value
 
 
+# columns a table printed to a file or pipe may use: whole rows in a log, whatever COLUMNS says
+LOG_WIDTH = 200
+
+
+def report_console(stderr: bool = True):
+    """The console bench tables go to: the terminal's width on a terminal, :data:`LOG_WIDTH` columns
+    in a file or pipe (rich would otherwise assume 80 and cut the figures)."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console.width = LOG_WIDTH
+    return console
+
+
 def _fmt(value, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 

@@ -54,7 +54,7 @@ def bench_scale(worker_counts, problems_file, limit, max_concurrent, repeats, ra
     --device cuda, else the cores split between them). Model loading is timed apart and not
     counted. Each row gives its ratio to the 1-worker run and whether its records are the same.
     """
-    from rich.console import Console
+    from .bench_report import report_console
 
     from core.distributed import RAY_INSTALL_HINT, ReplicaFailed, ReplicasLost, ray_missing
     from core.io.durable import write_atomically
@@ -70,7 +70,7 @@ def bench_scale(worker_counts, problems_file, limit, max_concurrent, repeats, ra
         raise click.UsageError(f"--workers {max(counts)} runs replicas on Ray, which is not installed: "
                                f"{RAY_INSTALL_HINT}")
     out, problems = output_and_problems(out_dir, problems_file, limit)
-    console = Console(stderr=True)
+    console = report_console()
 
     def on_run(row):
         console.log(f"{row['workers']} worker(s): {row['wall_s']:.1f} s, {row['problems_per_s']:.3f} problems/s, "

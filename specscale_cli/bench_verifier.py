@@ -42,7 +42,7 @@ def bench_verifier(problems_file, limit, scorers, seed, as_json, **opts):
     """
     import dataclasses
 
-    from rich.console import Console
+    from .bench_report import report_console
 
     from core.models.loader import ModelLoadError, load_model
     from core.solver import SCORERS, build_verifier
@@ -64,7 +64,7 @@ def bench_verifier(problems_file, limit, scorers, seed, as_json, **opts):
     if not pairs:
         raise click.UsageError(f"{path}: no solution step with a number in the first {limit} problems")
 
-    console = Console(stderr=as_json)
+    console = report_console(stderr=as_json)
     console.print(f"{len(pairs)} pairs from {len(problems)} problems of {path}; loading {settings.prm}...")
     settle_threads(settings.threads, settings.device)
     try:

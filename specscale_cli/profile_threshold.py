@@ -84,7 +84,7 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
     import dataclasses
 
     import torch
-    from rich.console import Console
+    from .bench_report import report_console
 
     from core.io.durable import write_atomically
     from core.models.loader import ModelLoadError, load_model
@@ -111,7 +111,7 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
     except OSError as exc:
         raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
 
-    console = Console(stderr=as_json)
+    console = report_console(stderr=as_json)
     console.print(f"loading {settings.prm} ({settings.scorer} scorer)...")
     # every input token must be computed, or cached prefixes would make small batches look fast
     settings = dataclasses.replace(settings, enable_prefix_caching=False)

@@ -83,3 +83,11 @@ def test_policy_and_scorer_names_match_the_code():
     from core.settings import POLICY_NAMES
 
     assert tuple(POLICIES) == POLICY_NAMES
+
+
+def test_bench_tables_in_a_log_keep_whole_rows(monkeypatch):
+    from specscale_cli.bench_report import LOG_WIDTH, report_console
+
+    monkeypatch.setenv("COLUMNS", "80")
+    console = report_console()  # stderr is not a terminal under pytest
+    assert not console.is_terminal and console.width == LOG_WIDTH
