@@ -13,8 +13,9 @@ from core.settings import GIB as _GIB
 from core.settings import (ATTENTION_BACKEND_DESCRIPTIONS, ATTENTION_BACKENDS, POLICY_DESCRIPTIONS, POLICY_NAMES,
                            SCORER_DESCRIPTIONS, SCORER_NAMES)
 
-THREADS_HELP = ("CPU threads torch uses, fixed. Default: the cores that other processes leave free (one per core "
-                "on an idle machine), looked at again as the run goes on.")
+THREADS_HELP = ("CPU threads torch uses, fixed. Default: the cores that other processes leave free as the run "
+                "starts (one per core on an idle machine); solve looks again every 10 s, benches keep the first "
+                "count so the runs they compare get the same threads.")
 _KV_HELP = ("{} KV pool: this many GiB allocated up front. Default: sized to the work (on CPU the pool grows "
             "on demand up to a share of the machine's memory; on CUDA a share of the free device memory).")
 
