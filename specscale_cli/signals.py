@@ -20,8 +20,13 @@ from typing import Iterator
 SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
-class Interrupted(Exception):
-    """A stop signal arrived; ``signum`` says which, :attr:`exit_code` is 128 + ``signum``."""
+class Interrupted(BaseException):
+    """A stop signal arrived; ``signum`` says which, :attr:`exit_code` is 128 + ``signum``.
+
+    A BaseException, as KeyboardInterrupt is: the signal may land inside any library call, and a
+    library's ``except Exception`` (or our own guard that counts a failed grading as wrong) must
+    let it pass, or the stop is lost and the run goes on.
+    """
 
     def __init__(self, signum: int):
         super().__init__(SIGNAL_NAMES.get(signum, f"signal {signum}"))

@@ -4,6 +4,8 @@ worker processes, and timeouts are counted (issue 15, item 2)."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import threading
 import time
 
@@ -12,6 +14,7 @@ import pytest
 from core.grading import equivalence
 from core.grading.equivalence import answers_equivalent, grade, grading_stats
 from core.grading.mv_worker import MathVerifyProcess
+from specscale_cli.signals import Interrupted, StopSignals
 
 # sympy evaluates this tower as one integer power in C: no signal interrupts it, only a kill
 PATHOLOGICAL = "9^{9^{9^{9}}}"
@@ -89,3 +92,42 @@ def test_a_waiting_call_is_bounded_by_its_own_limit():
         held.join()
     finally:
         proc.close()
+
+
+def _sigint_after(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_a_stop_signal_while_the_child_works_keeps_requests_in_step():
+    """Ctrl-C lands while the parent waits for an answer: the answer the child still owes must not
+    be read as the next request's."""
+    proc = MathVerifyProcess()
+    try:
+        proc.request({"op": "parse", "text": "1"}, 30)  # started
+        with StopSignals():
+            timer = _sigint_after(0.3)
+            with pytest.raises(Interrupted):
+                proc.request({"op": "sleep", "seconds": 2, "soft_s": 0}, 10.0)
+            timer.join()
+        assert proc.request({"op": "parse", "text": "\\frac{1}{2}"}, 30) == {"ok": True, "value": "1/2"}
+    finally:
+        proc.close()
+
+
+def test_a_stop_signal_during_grading_stops_the_run_instead_of_failing_the_grade(monkeypatch):
+    """grade() counts a grading bug as a wrong answer and goes on; a stop signal is no such bug (a
+    real Ctrl-C that landed here was lost and the run went on reading stdin)."""
+    class SlowChild:
+        def request(self, payload, limit_s):
+            time.sleep(5)
+
+    monkeypatch.setattr(equivalence, "_PROCESS", SlowChild())
+    with StopSignals():
+        timer = _sigint_after(0.3)
+        t0 = time.monotonic()
+        with pytest.raises(Interrupted):
+            grade("\\frac{7}{13}", "\\frac{14}{26}")
+        timer.join()
+    assert time.monotonic() - t0 < 3

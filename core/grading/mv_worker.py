@@ -212,6 +212,11 @@ class MathVerifyProcess:
                 answer = self._read_line(time.monotonic() + limit_s)
             except (OSError, EOFError):
                 answer = None
+            except BaseException:
+                # a stop signal raised while waiting: the child still owes this answer, which the
+                # next request would read as its own, so a fresh child serves the next one
+                self._kill()
+                raise
             if answer is None:
                 self.kills += 1
                 self._kill()
