@@ -236,26 +236,42 @@ def test_token_rate_at_falls_while_no_token_arrives():
     assert rate.rate_at(10.0) == 0.0
 
 
-def test_eta_counts_work_done_on_problems_in_flight():
+def test_eta_counts_the_time_spent_on_problems_still_in_flight():
     from core.metrics import estimate_eta
 
-    # 32 problems admitted at once, 100 in all; the first is answered after 60 s while the other
-    # 31 have run 60 s too: they count 0.95 done each, so the estimate is ~2.3 waves, not 99
-    eta = estimate_eta(60.0, 99, 1, 60.0, [60.0] * 31)
-    assert eta == pytest.approx((99 - 31 * 0.95) / ((1 + 31 * 0.95) / 60.0))
-    assert 120 < eta < 150  # answers alone would say 99 * 60 = 5940 s
-    assert estimate_eta(60.0, 99, 0, 0.0, [60.0] * 32) is None  # before the first answer: no estimate
-    assert estimate_eta(10.0, 0, 4, 40.0, []) == 0.0
+    # 4 at once; answered in 30, 40, 50 s; 4 in flight for 35, 20, 10, 5 s; 6 waiting. The answered
+    # ones are the short ones, so the mean counts the time spent on all: (120 + 70) / 3 s
+    mean = 190 / 3
+    eta = estimate_eta(10, [30.0, 40.0, 50.0], [35.0, 20.0, 10.0, 5.0], slots=4)
+    # in flight: mean - age each; then the 6 waiting take the first free slot, a mean each
+    ends = sorted([mean - 35, mean - 20, mean - 10, mean - 5])
+    for _ in range(6):
+        ends = sorted(ends[1:] + [ends[0] + mean])
+    assert eta == pytest.approx(max(ends)) == pytest.approx(170.0)
+    # a problem in flight longer than the mean still needs a quarter of it
+    assert estimate_eta(2, [40.0, 40.0, 40.0], [100.0], slots=1) == pytest.approx((220 / 3) / 4 + 220 / 3)
+    assert estimate_eta(0, [10.0], [], slots=4) == 0.0
+
+
+def test_no_eta_while_it_would_be_guesswork():
+    from core.metrics import estimate_eta
+
+    times, ages = [30.0, 40.0, 50.0], [10.0, 10.0]
+    assert estimate_eta(10, times, ages, slots=2) is not None
+    assert estimate_eta(10, times[:2], ages, slots=2) is None  # fewer than 3 answers
+    assert estimate_eta(10, [10.0, 60.0, 100.0], ages, slots=2) is None  # mean known to +-46%, not 20%
+    assert estimate_eta(20, times, [10.0] * 7, slots=7) is None  # 3 answered, 7 in flight
+    assert estimate_eta(20, times, [10.0] * 6, slots=6) is not None
 
 
 def test_no_eta_once_every_remaining_problem_is_in_flight():
     from core.metrics import estimate_eta
 
-    # 10 problems at once; 3 answered after ~150 s each, 7 still running at 220 s: the 0.95 share
-    # would say ~8 s, but the ones still running are the long ones, so there is no estimate
-    assert estimate_eta(220.0, 7, 3, 450.0, [220.0] * 7) is None
-    # one problem waiting besides the 7 in flight: an estimate again (a wave of work is known)
-    assert estimate_eta(220.0, 8, 3, 450.0, [220.0] * 7) > 0
+    times = [150.0, 150.0, 150.0]
+    # the ones still running are the long ones: how long is not known
+    assert estimate_eta(3, times, [220.0] * 3, slots=4) is None
+    # one problem waiting besides those in flight: an estimate again
+    assert estimate_eta(4, times, [220.0] * 3, slots=4) > 0
     snap = {"problems_answered": 3, "errors": 0, "problems_total": 10, "eta_s": None}
     from specscale_cli.dashboard import _eta
 
@@ -295,3 +311,18 @@ def test_accuracy_pending_and_plurals(run):
         assert part in text, part
     snap.update(problems_answered=2)
     assert "no gold answers" in _panel_text(snap, 140)
+
+
+def test_eta_simulation_tool_reads_the_real_estimate():
+    """tools/eta-simulation drives core.metrics.estimate_eta itself: its medians sit near 1."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "eta-simulation"
+    out = subprocess.run([sys.executable, str(tool), "--runs", "5"], capture_output=True, text=True, timeout=120,
+                         check=True).stdout.splitlines()
+    rows = [line.split() for line in out[1:]]
+    assert [(int(r[0]), int(r[1])) for r in rows] == [(6, 2), (10, 4), (32, 16), (100, 16), (300, 32), (100, 4)]
+    medians = [float(r[3]) for r in rows if r[2] != "never"]
+    assert len(medians) >= 5 and all(0.7 < m < 1.6 for m in medians), out

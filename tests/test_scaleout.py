@@ -222,8 +222,9 @@ def test_replica_figures_add_up_to_the_run():
             replica_row({"replica": 1, "pid": 12, "node": "n2", "device": "cpu", "threads": 1, "status": "lost"},
                         b, 0)]
     counts = {"done": 5, "errors": 1, "graded": 4, "correct": 2, "correct_best": 2}
-    snap = merge_snapshots([a, b], rows, counts, total=10, wall_s=4.0, tokens_per_s_now=90.0, answered_here=4,
-                           problem_seconds=8.0, in_flight_ages=[1.0, 1.0], driver_peak_rss=6000)
+    snap = merge_snapshots([a, b], rows, counts, total=10, wall_s=4.0, tokens_per_s_now=90.0,
+                           problem_times=[2.0, 2.0, 2.0, 2.0], in_flight_ages=[1.0, 1.0], slots=4,
+                           driver_peak_rss=6000)
     # the driver's counts (a resumed run's kept records included), not the replicas' own
     assert (snap["problems_answered"], snap["errors"], snap["accuracy"], snap["accuracy_best"]) == (5, 1, 0.5, 0.5)
     assert (snap["generated_tokens"], snap["engine_steps"], snap["kv_blocks_used"]) == (400, 14, 8)
@@ -231,7 +232,9 @@ def test_replica_figures_add_up_to_the_run():
     assert snap["tokens_per_s"] == 100.0 and snap["tokens_per_s_now"] == 90.0 and snap["wall_s"] == 4.0
     assert snap["prm_mean_batch_tasks"] == 3.0 and snap["prm_mean_batch_tokens"] == 250.0  # from the sums
     assert snap["flushes_by_trigger"] == {"eager": 3, "idle": 1} and snap["pruned_by_rule"] == {"ep": 1, "top-k": 4}
-    assert snap["peak_rss_bytes"] == 7000 and snap["generation_s"] == 3.0 and snap["eta_s"] > 0
+    assert snap["peak_rss_bytes"] == 7000 and snap["generation_s"] == 3.0
+    # 4 answered in 2 s each, 2 in flight for 1 s: mean (8 + 2) / 4 = 2.5 s; 2 waiting on 4 slots
+    assert snap["eta_s"] == 2.5
     assert [r["in_flight"] for r in snap["replicas"]] == [2, 0] and snap["replicas"][1]["status"] == "lost"
     summary = final_summary(snap, {"policy": "non-spec"})
     assert summary["replicas"][0] == {"replica": 0, "pid": 11, "node": "n1", "device": "cpu", "threads": 1,

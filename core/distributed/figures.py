@@ -42,8 +42,8 @@ def replica_row(info: dict, snap: dict | None, in_flight: int) -> dict:
 
 
 def merge_snapshots(snaps: list[dict], rows: list[dict], counts: dict, total: int | None, wall_s: float,
-                    tokens_per_s_now: float | None, answered_here: int, problem_seconds: float,
-                    in_flight_ages: list[float], driver_peak_rss: int | None) -> dict:
+                    tokens_per_s_now: float | None, problem_times: list[float], in_flight_ages: list[float],
+                    slots: int, driver_peak_rss: int | None) -> dict:
     """The run's snapshot from its replicas' (same keys as :func:`core.metrics.snapshot`, plus ``replicas``).
 
     Args:
@@ -52,7 +52,7 @@ def merge_snapshots(snaps: list[dict], rows: list[dict], counts: dict, total: in
         counts: the whole run's record counts (see :func:`core.metrics.snapshot`).
         total: problems in the input (None: unknown). wall_s: seconds since the search began.
         tokens_per_s_now: the driver's recent rate of the summed generated tokens (None: not measured).
-        answered_here, problem_seconds, in_flight_ages: for the ETA (see :func:`core.metrics.estimate_eta`).
+        problem_times, in_flight_ages, slots: for the ETA (see :func:`core.metrics.estimate_eta`).
         driver_peak_rss: the driver process's own peak resident memory in bytes.
     """
     merged: dict = {}
@@ -82,7 +82,7 @@ def merge_snapshots(snaps: list[dict], rows: list[dict], counts: dict, total: in
     finished = counts["done"] + counts["errors"]
     eta = None
     if total is not None:
-        eta = estimate_eta(wall_s, max(0, total - finished), answered_here, problem_seconds, in_flight_ages)
+        eta = estimate_eta(max(0, total - finished), problem_times, in_flight_ages, slots)
     out = run_progress(counts, total, wall_s, eta, generated, tokens_per_s_now)
     out.update({k: v for k, v in merged.items() if k not in out})
     out["replicas"] = rows

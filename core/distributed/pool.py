@@ -208,8 +208,7 @@ class ReplicaPool:
         self._held: list[dict[str, tuple[Problem, float]]] = []
         self._written: set[str] = set()
         self._started = time.perf_counter()
-        self._answered_here = 0
-        self._problem_seconds = 0.0
+        self._problem_times: list[float] = []
 
     # ------------------------------------------------------------------ start and stop
     def start(self, on_poll: Callable[[], None] | None = None) -> list[dict]:
@@ -370,8 +369,7 @@ class ReplicaPool:
                         continue  # never twice, whatever a replica sends
                     on_answer(record, trace)
                     self._written.add(record["id"])
-                    self._answered_here += 1
-                    self._problem_seconds += record.get("time_s") or 0.0
+                    self._problem_times.append(record.get("time_s") or 0.0)
                 for record in reply["errors"]:
                     self._held[i].pop(record["id"], None)
                     if record["id"] in self._written:
@@ -436,4 +434,5 @@ class ReplicaPool:
         rows = [replica_row(info, self._snaps[i], len(self._held[i])) for i, info in enumerate(self.infos)]
         ages = [now - t for held in self._held for _, t in held.values()]
         return merge_snapshots([s for s in self._snaps if s], rows, counts, total, now - self._started,
-                               tokens_per_s_now, self._answered_here, self._problem_seconds, ages, peak_rss_bytes())
+                               tokens_per_s_now, self._problem_times, ages, len(self.live) * self.max_concurrent,
+                               peak_rss_bytes())

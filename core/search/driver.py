@@ -52,7 +52,8 @@ class RunStats:
     generated_tokens: tokens sampled, one per logical candidate. cd_saved_tokens: of those, tokens
     computed once for several candidates (CD). prunes: candidates ended by each policy rule.
     in_flight: problem id -> admission time (``time.perf_counter()``) of the problems being searched.
-    problem_seconds: seconds from admission to answer, summed over the problems answered.
+    problem_times: seconds from admission to answer of each problem answered. max_in_flight: problems
+    searched at once at most (``max_concurrent``).
     """
 
     started: float = field(default_factory=time.perf_counter)
@@ -64,7 +65,8 @@ class RunStats:
     cd_saved_tokens: int = 0
     prunes: PruneCounts = field(default_factory=PruneCounts)
     in_flight: dict[str, float] = field(default_factory=dict)
-    problem_seconds: float = 0.0
+    problem_times: list[float] = field(default_factory=list)
+    max_in_flight: int = 1
 
     @property
     def elapsed(self) -> float:
@@ -124,7 +126,7 @@ class SearchDriver:
         self.on_iteration = on_iteration or (lambda s: None)
         self.should_stop = should_stop or (lambda: False)
         self.source = source
-        self.stats = RunStats()
+        self.stats = RunStats(max_in_flight=max_concurrent)
         # problem key -> (problem, its search): the first half of every CandidateId routes here
         self.active: dict[int, tuple[Problem, BeamSearch]] = {}
         self._keys = itertools.count()
@@ -286,8 +288,8 @@ class SearchDriver:
             for key in [k for k, (_, search) in self.active.items() if search.done]:
                 problem, search = self.active.pop(key)
                 self.stats.problems_done += 1
-                self.stats.problem_seconds += time.perf_counter() - self.stats.in_flight.pop(problem.id,
-                                                                                             search.tree.t0)
+                self.stats.problem_times.append(time.perf_counter() - self.stats.in_flight.pop(problem.id,
+                                                                                               search.tree.t0))
                 self.on_result(problem, search.result(), search)
             self.on_iteration(self.stats)
             if not progressed and self.active:
