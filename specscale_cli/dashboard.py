@@ -103,8 +103,9 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
     finished = snap["problems_answered"] + snap["errors"]
     total = snap["problems_total"]
     busy = snap["generation_s"] + snap["verification_s"]
-    progress = (f"{finished}/{_int(total) if total is not None else '?'}  ETA {_eta(snap)}  "
-                f"elapsed {_clock(snap['wall_s'])}")
+    # the clock before the ETA: a narrow panel cuts the row's end, and the clock must keep moving
+    progress = (f"{finished}/{_int(total) if total is not None else '?'}  elapsed {_clock(snap['wall_s'])}  "
+                f"ETA {_eta(snap)}")
     # the bar gives way first on a narrow panel: borders and padding 4, the row label 11, a gap 2
     bar_width = min(30, width - 4 - 11 - len(progress) - 2)
     rows = [
@@ -115,8 +116,9 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
                       f"{snap['waiting_sequences']} waiting"),
         ("KV blocks", f"generator {_int(snap['kv_blocks_used'])}/{_int(snap['kv_blocks_total'])} "
                       f"(peak {_int(snap['kv_blocks_peak'])}) · PRM {_int(snap['prm_kv_blocks_used'])}/"
-                      f"{_int(snap['prm_kv_blocks_total'])} (peak {_int(snap['prm_kv_blocks_peak'])})"
-                      f" · memory peak {(snap.get('peak_rss_bytes') or 0) / 2**30:.2f} GiB"),
+                      f"{_int(snap['prm_kv_blocks_total'])} (peak {_int(snap['prm_kv_blocks_peak'])})"),
+        ("memory", f"peak resident {(snap.get('peak_rss_bytes') or 0) / 2**30:.2f} GiB"
+                   + (f" · {_n(snap['torch_threads'], 'torch thread')}" if snap.get("torch_threads") else "")),
         ("PRM queue", f"{_n(snap['queue_tasks'], 'task')} · {_n(snap['queue_tokens'], 'token')}"),
         ("PRM calls", f"{snap['prm_calls']} ({_triggers(snap['flushes_by_trigger'])}) · "
                       f"{_rate(snap['prm_mean_batch_tasks'])} tasks, {_rate(snap['prm_mean_batch_tokens'])} tokens "
@@ -124,8 +126,7 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
         ("EP / CD", f"{_n(snap['pruned_ep'], 'candidate')} pruned by EP · {_n(snap['cd_saved_tokens'], 'token')} "
                     f"saved by CD"),
         ("time", f"generation {snap['generation_s']:.1f} s ({_share(snap['generation_s'], busy)}) · "
-                 f"PRM {snap['verification_s']:.1f} s ({_share(snap['verification_s'], busy)})"
-                 + (f" · {_n(snap['torch_threads'], 'torch thread')}" if snap.get("torch_threads") else "")),
+                 f"PRM {snap['verification_s']:.1f} s ({_share(snap['verification_s'], busy)})"),
         ("accuracy", _accuracy(snap)),
         ("errors", Text(str(snap["errors"]), style="bold red" if snap["errors"] else "")),
     ]
@@ -136,6 +137,9 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
         body.append(value if isinstance(value, Text) else Text(value))
         if i < len(rows) - 1:
             body.append("\n")
+    # rich cuts a long title without a mark; corners, spaces and a rule of 2 stay
+    room = max(1, width - 6)
+    title = title if len(title) <= room else title[:room - 1] + "…"
     return Panel(body, title=title, title_align="left", border_style="blue", width=width)
 
 
@@ -207,9 +211,9 @@ def summary_table(summary: dict) -> Table:
     table.add_row("PRM batches", f"{_rate(s['prm_mean_batch_tasks'])} tasks, {_rate(s['prm_mean_batch_tokens'])} "
                                  f"tokens ({_rate(s['prm_mean_batch_computed_tokens'])} computed) per call")
     table.add_row("PRM queue", f"{s['prm_queued_s']:.1f} s waited, summed over the steps scored")
-    table.add_row("pruned", f"{sum(s['pruned_by_rule'].values())} candidates lost selection "
+    table.add_row("pruned", f"{_n(sum(s['pruned_by_rule'].values()), 'candidate')} lost selection "
                             f"({_rules(s['pruned_by_rule'])}; EP's rules: {s['pruned_ep']})")
-    table.add_row("cancelled", f"{sum(s['cancelled_by_rule'].values())} candidates never needed "
+    table.add_row("cancelled", f"{_n(sum(s['cancelled_by_rule'].values()), 'candidate')} never needed "
                                f"({_rules(s['cancelled_by_rule'])})")
     table.add_row("CD", f"{_int(s['cd_saved_tokens'])} tokens computed once for several candidates")
     busy = s["generation_s"] + s["verification_s"]

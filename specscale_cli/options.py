@@ -132,20 +132,25 @@ def _default_preset_values() -> dict:
     from core.presets import DEFAULT_PRESET, PresetError, read_preset
 
     try:
-        models, search = read_preset(DEFAULT_PRESET).resolve()
+        preset = read_preset(DEFAULT_PRESET)
+        models, search = preset.resolve()
     except PresetError:
         return {}  # a broken default preset is reported when a command reads it
     values = {**dataclasses.asdict(models), **dataclasses.asdict(search)}
+    values["_set_by_preset"] = set(preset.models) | set(preset.search)
     for dest, field in (("kv_cache_gb", "gen_kv_bytes"), ("prm_kv_cache_gb", "prm_kv_bytes")):
         if values.get(field) is not None:
             values[dest] = round(values[field] / _GIB, 3)
+        if field in values["_set_by_preset"]:
+            values["_set_by_preset"].add(dest)
     return values
 
 
 def preset_default(dest: str) -> str:
-    """The end of a flag's help that says the default the preset gives it: `` [default: 4 from smollm2-cpu]``.
+    """The end of a flag's help that says its default: `` [default: 4 from smollm2-cpu]`` when the
+    default preset sets the field, `` [default: on]`` when the preset leaves it at the built-in value.
 
-    Empty for a field the default preset leaves unset.
+    Empty for a field that has no value unless given (a flag's own help says what happens then).
     """
     from core.presets import DEFAULT_PRESET
 
@@ -157,7 +162,8 @@ def preset_default(dest: str) -> str:
         value = repr(value) if len(value) <= 40 else repr(value[:37] + "...")
     elif isinstance(value, bool):
         value = "on" if value else "off"
-    return f"  [default: {value} from {DEFAULT_PRESET}]"
+    where = f" from {DEFAULT_PRESET}" if dest in values["_set_by_preset"] else ""
+    return f"  [default: {value}{where}]"
 
 
 def prm_options(fn=None, *, with_scorer: bool = True):

@@ -133,7 +133,7 @@ def _show_value(field: str, value) -> str:
         # None: the pool is sized to the work (grows on demand on CPU)
         return "sized to the work" if value is None else f"{value} ({value / _GIB:g} GiB)"
     if field == "threads" and value is None:
-        return "one per core"
+        return "the cores left free"  # chosen from the load as the run starts (core.cpu_load)
     if isinstance(value, str):
         # quoted, with line breaks and tabs spelled as typed in TOML, so "\n\n" and spaces show;
         # escape keeps [..] in a prompt from reading as rich markup

@@ -292,13 +292,26 @@ def test_panel_keeps_one_width_and_cuts_rows(run):
     for width in (40, 60, 100):
         lines = _panel_text(snap, width).splitlines()
         assert {len(line) for line in lines} == {width}  # every row cut to the width: no wrap, no stale copy
-        assert len(lines) == 12  # ten rows and two borders at any width
-        if width >= 60:  # the progress bar gives way before the clock: count, ETA and elapsed stay whole
-            assert f"3/3  ETA 0:00:00  elapsed {_clock(snap['wall_s'])} " in lines[1], lines[1]
-    progress = f"3/3  ETA 0:00:00  elapsed {_clock(snap['wall_s'])}"
+        assert len(lines) == 13  # eleven rows and two borders at any width
+        if width >= 60:  # the progress bar gives way before the clock: count, elapsed and ETA stay whole
+            assert f"3/3  elapsed {_clock(snap['wall_s'])}  ETA 0:00:00 " in lines[1], lines[1]
+    progress = f"3/3  elapsed {_clock(snap['wall_s'])}  ETA 0:00:00"
     assert _panel_text(snap, 100).splitlines()[1].count("━") == 30
     assert _panel_text(snap, 60).splitlines()[1].count("━") == 60 - 4 - 11 - len(progress) - 2
     assert "━" not in _panel_text(snap, 50).splitlines()[1]  # no room for 5: no bar
+
+
+def test_narrow_panel_keeps_the_clock_threads_and_a_marked_title(run):
+    _, r = run
+    # the last 2 problems in flight: the ETA's note is long, and the clock comes before it
+    snap = dict(r["final"], tokens_per_s_now=1.0, problems_answered=1, eta_s=None, wall_s=75.0, torch_threads=2)
+    console = Console(file=io.StringIO(), width=60, color_system=None)
+    console.print(render_panel(snap, title="specscale solve · examples/gsm8k_sample.jsonl · specscale", width=60))
+    lines = console.file.getvalue().splitlines()
+    assert lines[0] == "╭─ specscale solve · examples/gsm8k_sample.jsonl · specs… ─╮"
+    assert "1/3  elapsed 0:01:15  ETA - (last 2" in lines[1], lines[1]  # the note may be cut, not the clock
+    memory = next(line for line in lines if "memory" in line)
+    assert "peak resident" in memory and "2 torch threads" in memory, memory
 
 
 def test_accuracy_pending_and_plurals(run):
@@ -311,6 +324,11 @@ def test_accuracy_pending_and_plurals(run):
         assert part in text, part
     snap.update(problems_answered=2)
     assert "no gold answers" in _panel_text(snap, 140)
+    summary = dict(r["final"], pruned_by_rule={"top-k": 1}, cancelled_by_rule={"surplus": 1})
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(summary_table(summary))
+    assert "1 candidate lost selection" in console.file.getvalue()
+    assert "1 candidate never needed" in console.file.getvalue()
 
 
 def test_eta_simulation_tool_reads_the_real_estimate():

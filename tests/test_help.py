@@ -22,7 +22,11 @@ def test_preset_filled_flags_show_the_effective_default():
                         ("-m, --beam-width INTEGER", "[default: 2 from smollm2-cpu]"),
                         ("--max-steps INTEGER", "[default: 12 from smollm2-cpu]"),
                         ("--step-delimiter TEXT", "[default: '\\n' from smollm2-cpu]"),
-                        ("--generator TEXT", "[default: 'smollm2-135m-instruct' from smollm2-cpu]")):
+                        ("--generator TEXT", "[default: 'smollm2-135m-instruct' from smollm2-cpu]"),
+                        ("--lv-threshold INTEGER RANGE", "[default: 1024 from smollm2-cpu]"),
+                        # the preset leaves these at the built-in values: no "from smollm2-cpu"
+                        ("--lv-max-deferrals INTEGER RANGE", "[default: 6]"),
+                        ("--ep / --no-ep", "[default: on]")):
         after = text.split(flag, 1)[1].split(" --", 1)[0]
         assert shown in after, (flag, after)
 
