@@ -76,7 +76,7 @@ def summarize(trace: dict) -> dict:
     the same for cancelled. Tokens, as in the problem's answer record: ``tokens_generated`` what
     the generator computed for the problem (``num_generated_tokens``), ``tokens_sampled`` the
     tokens drawn for its candidates (every node's step, the part drawn before a cancel included:
-    ``num_sampled_tokens``), ``dedup_saved_tokens`` of those the ones CD drew once for several
+    ``num_sampled_tokens``), ``cd_saved_tokens`` of those the ones CD drew once for several
     candidates (``num_cd_saved_tokens``); ``tokens_wasted`` the steps of pruned and cancelled
     candidates. A trace written before these counts existed gets estimates from its nodes.
     """
@@ -102,7 +102,7 @@ def summarize(trace: dict) -> dict:
         "cancelled": status.get("cancelled", 0),
         "pruned_by_rule": rules("pruned"), "cancelled_by_rule": rules("cancelled"),
         "tokens_generated": generated, "tokens_sampled": sampled, "tokens_wasted": wasted,
-        "dedup_saved_tokens": saved,
+        "cd_saved_tokens": saved,
         "speculative_nodes": sum(1 for n in nodes if n.get("speculative")),
     }
 
@@ -163,12 +163,14 @@ def legend() -> Table:
     table.add_column(overflow="fold")
     table.add_row(Text("s 0.812", style="bold"), "this step's score from the PRM (scorer)")
     table.add_row(Text("p 0.640", style="bold"), "path score of a completed path (step scores aggregated)")
-    table.add_row(Text(ANSWER_MARK, style="bold yellow"), "the path of the answer: the best path score")
+    table.add_row(Text(ANSWER_MARK, style="bold yellow"), "the path of the answer: the best path score; its text "
+                                                            "in bold yellow")
     table.add_row(Text(SPECULATIVE_MARK, style="magenta"), "speculative: generated before its parent's depth was "
                                                              "decided")
-    table.add_row(Text("x3", style="magenta"), "one step generated once for 3 candidates (CD)")
+    table.add_row(Text("x3", style="magenta"), "one step generated once for 3 candidates (CD); each candidate keeps "
+                                               "its own row, with the same text and score")
     for status, meaning in STATUS_MEANING.items():
-        table.add_row(Text(status, style=STATUS_STYLE[status]), meaning)
+        table.add_row(Text(status, style=STATUS_STYLE[status]), f"{meaning}; its rows in {STATUS_STYLE[status]}")
     table.add_row(Text("[eos]", style="bold"), "why a completed path ended: eos, length, step-cap")
     return table
 
@@ -188,7 +190,7 @@ def summary_table(s: dict) -> Table:
     table.add_row("cancelled (by rule)", with_rules(s["cancelled"], s["cancelled_by_rule"]))
     table.add_row("speculative nodes", str(s["speculative_nodes"]))
     table.add_row("tokens generated", f"{s['tokens_generated']} computed by the generator")
-    table.add_row("tokens sampled", f"{s['tokens_sampled']} drawn for candidates (CD drew {s['dedup_saved_tokens']} "
+    table.add_row("tokens sampled", f"{s['tokens_sampled']} drawn for candidates (CD drew {s['cd_saved_tokens']} "
                                     f"of them once for several)")
     table.add_row("tokens wasted", f"{s['tokens_wasted']} in steps of pruned or cancelled candidates")
     return table

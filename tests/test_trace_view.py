@@ -65,7 +65,8 @@ def test_tree_view_has_legend_marks_and_agreeing_summary(trace_file):
     assert sum(line.startswith(("│   ├──  ~", "│   └──  ~")) for line in out.splitlines()) == 2  # speculative rows
     assert "completed [eos] p 0.950" in out and "s 0.950" in out and "x2" in out
     for words in ("legend", "this step's score from the PRM", "path score of a completed path",
-                  "lost selection", "a surplus child"):
+                  "lost selection", "a surplus child", "its rows in red", "its rows in bold green",
+                  "its text in bold yellow", "each candidate keeps its own row"):
         assert words in out, words
     assert "pruned (by rule)    │ 2 (ep 1, top-k 1)" in out
     assert "cancelled (by rule) │ 6 (surplus 4, top-k 2)" in out
@@ -109,12 +110,12 @@ def test_a_narrow_terminal_cuts_the_step_text_and_keeps_every_status(trace_file)
 def test_token_counts_are_the_answer_records(trace_file):
     counted = dict(TRACE, num_generated_tokens=150, num_sampled_tokens=180, num_cd_saved_tokens=30)
     s = summarize(counted)
-    assert (s["tokens_generated"], s["tokens_sampled"], s["dedup_saved_tokens"]) == (150, 180, 30)
+    assert (s["tokens_generated"], s["tokens_sampled"], s["cd_saved_tokens"]) == (150, 180, 30)
     # an older trace without the counts: from the nodes (node 5's step was shared by 2 candidates)
     s = summarize(TRACE)
     assert s["tokens_sampled"] == sum(10 + i for i in range(1, 12))
-    assert s["dedup_saved_tokens"] == round((10 + 5) / 2)
-    assert s["tokens_generated"] == s["tokens_sampled"] - s["dedup_saved_tokens"]
+    assert s["cd_saved_tokens"] == round((10 + 5) / 2)
+    assert s["tokens_generated"] == s["tokens_sampled"] - s["cd_saved_tokens"]
 
 
 def test_a_file_gets_whole_rows_whatever_the_terminal(trace_file, tmp_path):
