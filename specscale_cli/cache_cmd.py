@@ -53,19 +53,25 @@ def clear(match, yes):
 
     entries = [e for e in list_cache() if match is None or match in e.path.name]
     if not entries:
-        click.echo(f"nothing to remove in {cache_root()}")
+        what = f"no cached model's name contains {match!r}" if match is not None else "nothing to remove"
+        click.echo(f"{what} in {cache_root()}")
         return
     total = _gib(sum(e.size_bytes for e in entries))
     if not yes:
-        try:
-            confirmed = click.confirm(f"remove {len(entries)} cached model(s), {total}?", default=False)
-        except click.Abort:
-            if sys.stdin.isatty():
-                raise
-            # the input ended before an answer (no terminal): say how to go on, not a bare "Aborted!"
-            raise click.UsageError(f"nothing removed: no answer on the input; pass -y to remove the "
-                                   f"{len(entries)} cached model(s) ({total}) without a question") from None
-        if not confirmed:
+        if not _can_ask():
+            # nobody to answer the question: say how to go on, before asking it
+            raise click.UsageError(f"nothing removed: no terminal to confirm on; pass -y to remove the "
+                                   f"{_models(len(entries))} ({total}) without a question")
+        if not click.confirm(f"remove {_models(len(entries))}, {total}?", default=False):
             raise click.Abort()
     removed = clear_cache(match)
-    click.echo(f"removed {len(removed)} cached model(s), {_gib(sum(e.size_bytes for e in removed))}")
+    click.echo(f"removed {_models(len(removed))}, {_gib(sum(e.size_bytes for e in removed))}")
+
+
+def _can_ask() -> bool:
+    """Whether a person can answer a question on stdin (a terminal)."""
+    return sys.stdin.isatty()
+
+
+def _models(count: int) -> str:
+    return f"{count} cached model{'' if count == 1 else 's'}"

@@ -152,8 +152,11 @@ def open_input(problems: str | None, dataset: str | None, dataset_config: str | 
     path = Path(problems)
     if path.is_dir():
         raise click.BadParameter(f"{problems} is a directory, not a JSONL file", param_hint="PROBLEMS")
-    if not path.is_file():
+    if not path.exists():
         raise click.BadParameter(f"no such file: {problems}", param_hint="PROBLEMS")
+    if not path.is_file():
+        raise click.BadParameter(f"{problems} is not a regular file (a device, pipe or socket); give a JSONL file, "
+                                 f"or - to read problems from stdin", param_hint="PROBLEMS")
     try:
         total = _count_records(path)
     except OSError as exc:

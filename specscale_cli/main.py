@@ -45,6 +45,14 @@ def cli(verbose):
     start_program_watch()
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # routine one-time steps (a model converted and cached) are notes, not warnings
+    notes = logging.getLogger("specscale.notes")
+    if not notes.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("note: %(message)s"))
+        notes.addHandler(handler)
+    notes.setLevel(logging.INFO)
+    notes.propagate = False
     # transformers' per-tensor progress bars and advisory warnings drown the run's own output; set
     # through the environment, which transformers reads when it is imported, because importing it
     # here would cost every command (and every usage error) most of a second

@@ -35,6 +35,7 @@ EARLIER_RUN_JSON = {"version": 1, "policy": "specscale", "models": {}, "search":
 
 CASES = {
     "missing file": (lambda d: ["nope.jsonl"], "no such file: nope.jsonl"),
+    "a device, not a file": (lambda d: ["/dev/null"], "/dev/null is not a regular file (a device, pipe or socket)"),
     "N not divisible by M": (lambda d: [str(GSM8K), "-n", "6", "-m", "4"], "must be divisible by beam width M=4"),
     "unknown preset": (lambda d: [str(GSM8K), "--preset", "nope"], "unknown preset 'nope'"),
     "unknown scorer": (lambda d: [str(GSM8K), "--scorer", "nope"], "'nope' is not one of 'likelihood', 'lm-judge'"),

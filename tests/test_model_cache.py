@@ -89,7 +89,9 @@ def test_stale_temporaries_are_removed_but_a_live_writer_is_left_alone(tmp_path,
     assert sorted(removed) == sorted([dead, old_style]) and live.is_dir()
 
 
-def test_cache_command_lists_and_clears(tmp_path, root):
+def test_cache_command_lists_and_clears(tmp_path, root, monkeypatch):
+    from specscale_cli import cache_cmd
+
     copy = cache.store_copy(_gguf(tmp_path, b"q" * 100), _save)
     res = CliRunner().invoke(cli, ["cache", "--json"])
     assert res.exit_code == 0
@@ -97,11 +99,15 @@ def test_cache_command_lists_and_clears(tmp_path, root):
     assert [(m["path"], m["size_bytes"], m["complete"]) for m in doc["models"]] == [(str(copy), 1002, True)]
     res = CliRunner().invoke(cli, ["cache"])
     assert copy.name in res.output and "total 0.0 MiB" in res.output
-    res = CliRunner().invoke(cli, ["cache", "clear"], input="n\n")
-    assert res.exit_code == 1 and copy.is_dir()  # asked, and the answer was no
     res = CliRunner().invoke(cli, ["cache", "clear"], input="")
-    assert res.exit_code == 2 and copy.is_dir()  # no answer at all (no terminal): says how to go on
-    assert "nothing removed: no answer on the input; pass -y to remove the 1 cached model(s)" in res.output
+    assert res.exit_code == 2 and copy.is_dir()  # no terminal: says how to go on, and asks nothing
+    assert res.output.startswith("Error: nothing removed: no terminal to confirm on; pass -y to remove the 1 cached "
+                                 "model (0.0 MiB)"), res.output
+    monkeypatch.setattr(cache_cmd, "_can_ask", lambda: True)
+    res = CliRunner().invoke(cli, ["cache", "clear"], input="n\n")
+    assert res.exit_code == 1 and copy.is_dir() and "remove 1 cached model, 0.0 MiB?" in res.output  # answer: no
+    res = CliRunner().invoke(cli, ["cache", "clear", "nosuch", "--yes"])
+    assert res.exit_code == 0 and "no cached model's name contains 'nosuch'" in res.output and copy.is_dir()
     res = CliRunner().invoke(cli, ["cache", "clear", "--yes"])
-    assert res.exit_code == 0 and "removed 1 cached model(s)" in res.output and not copy.exists()
+    assert res.exit_code == 0 and "removed 1 cached model," in res.output and not copy.exists()
     assert "no cached models" in CliRunner().invoke(cli, ["cache"]).output

@@ -36,6 +36,8 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 log = logging.getLogger(__name__)
+# routine one-time steps worth a line to the user; the command line shows them as `note: ...`
+notes = logging.getLogger("specscale.notes")
 
 
 class ModelLoadError(Exception):
@@ -164,7 +166,7 @@ def _from_gguf(gguf: Path, dtype: torch.dtype):
         tok = AutoTokenizer.from_pretrained(cached)
         model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
         return model, tok
-    log.warning("de-quantizing %s once (about 30 s on 2 cores); cached in %s", gguf.name, cached)
+    notes.info("de-quantizing %s once (about 15-30 s on 2 cores); cached in %s", gguf.name, cached)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
     # The GGUF quantizer marks the model unserializable although the weights are plain tensors now.
