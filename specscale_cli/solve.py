@@ -46,7 +46,8 @@ EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED, EXIT_REPLICAS_LOST = 0
 @click.option("--traces/--no-traces", default=True, show_default=True, help="Write traces/<id>.json per problem.")
 @click.option("--no-dashboard", is_flag=True, help="Plain log lines every 10 s instead of the live dashboard.")
 @click.option("--no-progress", is_flag=True, hidden=True, help="Old name of --no-dashboard.")
-@click.option("--overwrite", is_flag=True, help="Replace the answers, traces and summary of an earlier run in OUT.")
+@click.option("--overwrite", is_flag=True, help="Replace the answers, traces and summary of an earlier run in OUT "
+              "(a note says what was removed; files of your own in OUT/traces stay).")
 @click.option("--resume", is_flag=True,
               help="Go on with the run in OUT: solve only the problems without a record in OUT/answers.jsonl "
                    "(the settings must match OUT/run.json).")

@@ -134,8 +134,13 @@ def test_existing_output_is_refused_unless_overwrite(tiny_dir, tmp_path):
     res = solve([str(GSM8K), "--limit", "1", "-o", str(out)], tiny_dir)
     assert res.exit_code == 2 and "--overwrite" in res.output
     assert len(records(out)) == 1
+    mine = out / "traces" / "my-notes.txt"  # a file of the user's own among the traces
+    mine.write_text("keep me")
     res = solve([str(GSM8K), "--limit", "2", "-o", str(out), "--overwrite"], tiny_dir)
     assert res.exit_code == 0 and len(records(out)) == 2
+    assert (f"note: --overwrite: removed the earlier run in {out} (1 record in answers.jsonl, 1 trace); kept 1 other "
+            f"file in {out / 'traces'}") in res.output
+    assert mine.read_text() == "keep me" and len(list((out / "traces").glob("*.json"))) == 2
 
 
 @pytest.mark.parametrize("args, message", [

@@ -354,6 +354,28 @@ def _other_settings(run_json: Path, diffs: list[str]) -> OutputFolderError:
                              f"the same settings, or pass --force to resume anyway")
 
 
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def _remove_traces(traces: Path) -> tuple[int, int]:
+    """Delete the trace files (``*.json``) an earlier run wrote in ``traces``, and the folder when
+    nothing else is in it: ``(traces removed, other entries kept)``. A file a user put there stays."""
+    if not traces.is_dir():
+        return 0, 0
+    removed = kept = 0
+    for entry in traces.iterdir():
+        if entry.is_file() and entry.suffix == ".json":
+            entry.unlink()
+            removed += 1
+        else:
+            kept += 1
+    if not kept:
+        traces.rmdir()
+    return removed, kept
+
+
 def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, resume: bool, force: bool,
                     traces: bool) -> None:
     out = prepared.out
@@ -366,14 +388,20 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
     has_answers = answers.is_file() and answers.stat().st_size > 0
     if overwrite:
         try:
+            records = _count_lines(answers) if has_answers else 0
             for stale in (answers, out / RUN_FILENAME, out / SUMMARY_FILENAME):
                 if stale.is_file():
                     stale.unlink()
-            if (out / TRACES_DIRNAME).is_dir():
-                shutil.rmtree(out / TRACES_DIRNAME)
+            removed_traces, kept = _remove_traces(out / TRACES_DIRNAME)
         except OSError as exc:
             raise OutputFolderError(f"--overwrite cannot delete the earlier run in {out}: {exc.strerror or exc}") \
                 from exc
+        if records or removed_traces:
+            note = (f"--overwrite: removed the earlier run in {out} ({records} record{'s' * (records != 1)} in "
+                    f"{ANSWERS_FILENAME}, {removed_traces} trace{'s' * (removed_traces != 1)})")
+            if kept:
+                note += f"; kept {kept} other file{'s' * (kept != 1)} in {out / TRACES_DIRNAME}"
+            prepared.notes.append(note)
         return
     if not resume:
         refuse_earlier_answers(out, overwrite, resume)
