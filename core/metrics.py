@@ -20,7 +20,7 @@ from core.search.config import PICK_FIELDS
 EP_RULES = ("ep", "perfect-score")
 
 # snapshot fields that describe the moment, not the run: left out of the final summary
-LIVE_ONLY = ("eta_s", "tokens_per_s_now", "running_sequences", "waiting_sequences", "logical_candidates",
+LIVE_ONLY = ("eta_s", "problems_in_flight", "tokens_per_s_now", "running_sequences", "waiting_sequences", "logical_candidates",
              "kv_blocks_used", "prm_kv_blocks_used", "queue_tasks", "queue_tokens")
 
 
@@ -136,11 +136,12 @@ def _ratio(num: float, den: float) -> float | None:
 
 
 def run_progress(counts: dict, total: int | None, wall_s: float, eta_s: float | None, generated_tokens: int,
-                 tokens_per_s_now: float | None) -> dict:
+                 tokens_per_s_now: float | None, problems_in_flight: int = 0) -> dict:
     """The answer counts, accuracies, clock and token rates of a run (the first keys of :func:`snapshot`).
 
     ``counts`` as in :func:`snapshot`; an ``accuracy_<rule>`` key comes for every ``correct_<rule>``
-    count of a selection rule in ``PICK_FIELDS``. Times in seconds, rates in tokens per second.
+    count of a selection rule in ``PICK_FIELDS``. Times in seconds, rates in tokens per second;
+    ``problems_in_flight``: problems being searched now.
     """
     return {
         "problems_total": total,
@@ -154,6 +155,7 @@ def run_progress(counts: dict, total: int | None, wall_s: float, eta_s: float | 
            for rule in PICK_FIELDS if f"correct_{rule}" in counts},
         "wall_s": wall_s,
         "eta_s": eta_s,
+        "problems_in_flight": problems_in_flight,
         "generated_tokens": generated_tokens,
         "tokens_per_s": _ratio(generated_tokens, wall_s),
         "tokens_per_s_now": tokens_per_s_now,
@@ -207,7 +209,7 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
     vs = verifier.stats
     pruned = dict(sorted(stats.prunes.pruned.items()))
     return {
-        **run_progress(counts, total, wall, eta, stats.generated_tokens, tokens_per_s_now),
+        **run_progress(counts, total, wall, eta, stats.generated_tokens, tokens_per_s_now, len(stats.in_flight)),
         "engine_steps": stats.engine_steps,
         "preemptions": engine.num_preemptions,
         "prm_preemptions": verifier.engine.num_preemptions,

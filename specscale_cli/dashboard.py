@@ -44,11 +44,13 @@ def _clock(seconds: float | None) -> str:
 
 
 def _eta(snap: dict) -> str:
-    """The ETA, or what is left when there is no estimate (every remaining problem in flight)."""
+    """The ETA; ``-`` while there is none, with what is left when every remaining problem is in flight."""
     finished = snap["problems_answered"] + snap["errors"]
     total = snap["problems_total"]
-    if snap["eta_s"] is None and finished > 0 and total is not None and finished < total:
-        return f"- (last {total - finished} in flight)"
+    left = None if total is None else total - finished
+    if (snap["eta_s"] is None and finished > 0 and left is not None and 0 < left
+            <= snap.get("problems_in_flight", left)):
+        return f"- (last {left} in flight)"
     return _clock(snap["eta_s"])
 
 

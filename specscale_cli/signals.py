@@ -53,6 +53,7 @@ class StopSignals:
         self._previous: dict[int, object] = {}
         self._depth = 0
         self._pending: int | None = None
+        self._received: int | None = None
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -67,10 +68,21 @@ class StopSignals:
         return False
 
     def _handle(self, signum, frame) -> None:
+        self._received = self._received or signum
         if self._depth:
             self._pending = self._pending or signum
             return
         raise Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` if a stop signal arrived before.
+
+        The handler raises where the signal lands; inside an object's finalizer (``__del__``, which
+        libraries run during imports and model loads) Python prints the exception and drops it, and
+        the stop would be lost. Calling this at the run's checkpoints raises it again.
+        """
+        if self._received is not None and not self._depth:
+            raise Interrupted(self._received)
 
     @contextmanager
     def critical(self) -> Iterator[None]:

@@ -155,12 +155,13 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
             click.echo(f"resume: nothing to do: every problem of {source} has a record", err=True)
             return EXIT_SOME_ERRORS if done.errors else EXIT_OK
 
-    # replicas of a --workers run split the cores between them (core.distributed.pool)
-    governor = settle_threads(settings.threads, settings.device) if workers == 1 else None
-    click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)"
-               + (f" in {workers} replicas" if workers > 1 else "") + "...", err=True)
-    runtime = pool = None
+    runtime = pool = governor = None
     try:
+        # replicas of a --workers run split the cores between them (core.distributed.pool); torch
+        # is imported here, so a Ctrl-C during its import is a stop while loading too
+        governor = settle_threads(settings.threads, settings.device) if workers == 1 else None
+        click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)"
+                   + (f" in {workers} replicas" if workers > 1 else "") + "...", err=True)
         if workers > 1:
             pool = _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurrent, traces, source,
                                cleanup)
@@ -169,6 +170,7 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
         else:
             runtime = _load(settings)
             max_len, prm_max_len = runtime.engine.max_model_len, runtime.verifier.engine.max_model_len
+        signals.check()  # a stop that a library's finalizer swallowed while loading
     except click.UsageError:
         prepared.discard()  # a run that never started leaves no empty folder behind
         raise
@@ -330,7 +332,11 @@ def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, sour
 
         if pool is not None:
             progress.attach_pool(pool)
-            pool.run(stream, write_answer, write_error, on_poll=progress.poll)
+            def poll():
+                signals.check()
+                progress.poll()
+
+            pool.run(stream, write_answer, write_error, on_poll=poll)
             return None
 
         def on_result(problem, result, search):
@@ -342,14 +348,15 @@ def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, sour
                               runtime.verifier, runtime.scorer, search_cfg, policy=policy,
                               max_concurrent=max_concurrent, on_result=on_result,
                               on_error=lambda err: write_error(error_record(err)), source=source,
-                              on_iteration=lambda stats: _iteration(stats, runtime, progress, governor))
+                              on_iteration=lambda stats: _iteration(stats, runtime, progress, governor, signals))
         progress.attach(driver.stats, runtime)
         return driver.run(stream)
 
 
-def _iteration(stats, runtime, progress, governor) -> None:
-    """After every driver iteration (main thread): the thread count follows the load, the dashboard
-    takes its snapshot."""
+def _iteration(stats, runtime, progress, governor, signals) -> None:
+    """After every driver iteration (main thread): a stop lost inside a library is raised again, the
+    thread count follows the load, the dashboard takes its snapshot."""
+    signals.check()
     if governor is not None:
         note = governor.tick()
         if note:

@@ -272,10 +272,12 @@ def test_no_eta_once_every_remaining_problem_is_in_flight():
     assert estimate_eta(3, times, [220.0] * 3, slots=4) is None
     # one problem waiting besides those in flight: an estimate again
     assert estimate_eta(4, times, [220.0] * 3, slots=4) > 0
-    snap = {"problems_answered": 3, "errors": 0, "problems_total": 10, "eta_s": None}
+    snap = {"problems_answered": 3, "errors": 0, "problems_total": 10, "eta_s": None, "problems_in_flight": 7}
     from specscale_cli.dashboard import _eta
 
     assert _eta(snap) == "- (last 7 in flight)"
+    # 2 at once: no estimate yet, but only 2 of the 7 left are in flight
+    assert _eta({**snap, "problems_in_flight": 2}) == "-"
     assert _eta({**snap, "problems_answered": 0}) == "-"  # before the first answer
     assert _eta({**snap, "eta_s": 65.0}) == "0:01:05"
 
@@ -304,7 +306,8 @@ def test_panel_keeps_one_width_and_cuts_rows(run):
 def test_narrow_panel_keeps_the_clock_threads_and_a_marked_title(run):
     _, r = run
     # the last 2 problems in flight: the ETA's note is long, and the clock comes before it
-    snap = dict(r["final"], tokens_per_s_now=1.0, problems_answered=1, eta_s=None, wall_s=75.0, torch_threads=2)
+    snap = dict(r["final"], tokens_per_s_now=1.0, problems_answered=1, eta_s=None, wall_s=75.0, torch_threads=2,
+                problems_in_flight=2)
     console = Console(file=io.StringIO(), width=60, color_system=None)
     console.print(render_panel(snap, title="specscale solve · examples/gsm8k_sample.jsonl · specscale", width=60))
     lines = console.file.getvalue().splitlines()

@@ -83,7 +83,7 @@ def merge_snapshots(snaps: list[dict], rows: list[dict], counts: dict, total: in
     eta = None
     if total is not None:
         eta = estimate_eta(max(0, total - finished), problem_times, in_flight_ages, slots)
-    out = run_progress(counts, total, wall_s, eta, generated, tokens_per_s_now)
+    out = run_progress(counts, total, wall_s, eta, generated, tokens_per_s_now, len(in_flight_ages))
     out.update({k: v for k, v in merged.items() if k not in out})
     out["replicas"] = rows
     return out
