@@ -8,6 +8,8 @@ import time
 import click
 import orjson
 
+from .dashboard import _n
+
 
 def _gib(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 28 else f"{n / (1 << 20):.1f} MiB"
@@ -61,17 +63,13 @@ def clear(match, yes):
         if not _can_ask():
             # nobody to answer the question: say how to go on, before asking it
             raise click.UsageError(f"nothing removed: no terminal to confirm on; pass -y to remove the "
-                                   f"{_models(len(entries))} ({total}) without a question")
-        if not click.confirm(f"remove {_models(len(entries))}, {total}?", default=False):
+                                   f"{_n(len(entries), 'cached model')} ({total}) without a question")
+        if not click.confirm(f"remove {_n(len(entries), 'cached model')}, {total}?", default=False):
             raise click.Abort()
     removed = clear_cache(match)
-    click.echo(f"removed {_models(len(removed))}, {_gib(sum(e.size_bytes for e in removed))}")
+    click.echo(f"removed {_n(len(removed), 'cached model')}, {_gib(sum(e.size_bytes for e in removed))}")
 
 
 def _can_ask() -> bool:
     """Whether a person can answer a question on stdin (a terminal)."""
     return sys.stdin.isatty()
-
-
-def _models(count: int) -> str:
-    return f"{count} cached model{'' if count == 1 else 's'}"

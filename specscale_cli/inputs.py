@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator
 
 import click
 
-from core.io.problems import DEFAULT_PROBLEM_FIELDS, Problem, ProblemError, iter_lines
+from core.io.problems import DEFAULT_PROBLEM_FIELDS, Problem, ProblemError, count_records
 
 # PROBLEMS files read as tables through `datasets` (like --dataset) rather than as JSONL
 TABLE_SUFFIXES = (".csv", ".parquet", ".json")
@@ -61,12 +61,6 @@ class ProblemInput:
 
 def _limited(items: Iterable, limit: int | None) -> Iterator:
     return iter(items) if limit is None else itertools.islice(items, limit)
-
-
-def _count_records(path: Path) -> int:
-    """Non-blank lines of a file, read with the reader's line-size limit (a giant line counts once)."""
-    with open(path, "rb") as fh:
-        return sum(1 for _, raw, _ in iter_lines(fh) if raw is None or raw.strip())
 
 
 def _require_a_valid_problem(items: Iterator[Problem | ProblemError], source: str) -> list[Problem | ProblemError]:
@@ -158,7 +152,7 @@ def open_input(problems: str | None, dataset: str | None, dataset_config: str | 
         raise click.BadParameter(f"{problems} is not a regular file (a device, pipe or socket); give a JSONL file, "
                                  f"or - to read problems from stdin", param_hint="PROBLEMS")
     try:
-        total = _count_records(path)
+        total = count_records(path)
     except OSError as exc:
         raise click.BadParameter(f"{problems}: cannot be read: {exc.strerror or exc}", param_hint="PROBLEMS") from exc
     if total == 0:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .durable import TMP_PREFIX, TMP_SUFFIX, fsync_dir, write_all
+from .problems import count_records
 from .resume import (INFO_KEY, RUN_FILENAME, DoneRecords, ResumeError, config_differences, read_run_config,
                      scan_answers)
 from .writers import ANSWERS_FILENAME, SUMMARY_FILENAME, TRACES_DIRNAME
@@ -354,11 +355,6 @@ def _other_settings(run_json: Path, diffs: list[str]) -> OutputFolderError:
                              f"the same settings, or pass --force to resume anyway")
 
 
-def _count_lines(path: Path) -> int:
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
-
-
 def _remove_traces(traces: Path) -> tuple[int, int]:
     """Delete the trace files (``*.json``) an earlier run wrote in ``traces``, and the folder when
     nothing else is in it: ``(traces removed, other entries kept)``. A file a user put there stays."""
@@ -388,7 +384,7 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
     has_answers = answers.is_file() and answers.stat().st_size > 0
     if overwrite:
         try:
-            records = _count_lines(answers) if has_answers else 0
+            records = count_records(answers) if has_answers else 0
             for stale in (answers, out / RUN_FILENAME, out / SUMMARY_FILENAME):
                 if stale.is_file():
                     stale.unlink()

@@ -176,6 +176,16 @@ def _iter_problems(
             fh.close()
 
 
+def count_records(path: Path) -> int:
+    """Non-blank lines of a JSONL file, read with :func:`iter_lines`' size limit (a giant line counts once).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as fh:
+        return sum(1 for _, raw, _ in iter_lines(fh) if raw is None or raw.strip())
+
+
 def iter_lines(fh: IO[bytes], max_bytes: int | None = None) -> Iterator[tuple[int, bytes | None, int]]:
     """The lines of a binary stream, each read with a size limit so one giant line cannot fill memory.
 
