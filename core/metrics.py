@@ -20,8 +20,8 @@ from core.search.config import PICK_FIELDS
 EP_RULES = ("ep", "perfect-score")
 
 # snapshot fields that describe the moment, not the run: left out of the final summary
-LIVE_ONLY = ("eta_s", "problems_in_flight", "tokens_per_s_now", "running_sequences", "waiting_sequences", "logical_candidates",
-             "kv_blocks_used", "prm_kv_blocks_used", "queue_tasks", "queue_tokens")
+LIVE_ONLY = ("eta_s", "problems_in_flight", "tokens_per_s_now", "running_sequences", "waiting_sequences",
+             "logical_candidates", "kv_blocks_used", "prm_kv_blocks_used", "queue_tasks", "queue_tokens")
 
 
 class TokenRate:
@@ -112,9 +112,8 @@ def estimate_eta(remaining: int, problem_times: list[float], in_flight_ages: lis
     if (answered < ETA_MIN_ANSWERS or remaining <= len(in_flight_ages) or 2 * answered < len(in_flight_ages)
             or _relative_error(problem_times) > ETA_MAX_RELATIVE_ERROR):
         return None
+    # > 0: the relative-error check needs a positive mean of the answer times
     mean_s = (sum(problem_times) + sum(in_flight_ages)) / answered
-    if mean_s <= 0:
-        return None
     ends = sorted(max(mean_s - age, mean_s / 4) for age in in_flight_ages)
     ends += [0.0] * max(0, max(slots, 1) - len(ends))
     heapq.heapify(ends)
@@ -136,7 +135,7 @@ def _ratio(num: float, den: float) -> float | None:
 
 
 def run_progress(counts: dict, total: int | None, wall_s: float, eta_s: float | None, generated_tokens: int,
-                 tokens_per_s_now: float | None, problems_in_flight: int = 0) -> dict:
+                 tokens_per_s_now: float | None, problems_in_flight: int) -> dict:
     """The answer counts, accuracies, clock and token rates of a run (the first keys of :func:`snapshot`).
 
     ``counts`` as in :func:`snapshot`; an ``accuracy_<rule>`` key comes for every ``correct_<rule>``

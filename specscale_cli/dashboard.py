@@ -49,7 +49,7 @@ def _eta(snap: dict) -> str:
     total = snap["problems_total"]
     left = None if total is None else total - finished
     if (snap["eta_s"] is None and finished > 0 and left is not None and 0 < left
-            <= snap.get("problems_in_flight", left)):
+            <= snap["problems_in_flight"]):
         return f"- (last {left} in flight)"
     return _clock(snap["eta_s"])
 

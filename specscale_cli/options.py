@@ -125,8 +125,9 @@ def model_and_search_options(fn=None, *, with_policy: bool = True):
 
 
 @functools.lru_cache(maxsize=1)
-def _default_preset_values() -> dict:
-    """Every field of the default preset as it resolves (preset fields over dataclass defaults)."""
+def _default_preset_values() -> tuple[dict, frozenset]:
+    """Every field of the default preset as it resolves (preset fields over dataclass defaults), and
+    the names of the fields the preset file sets itself (the KV flags' names included)."""
     import dataclasses
 
     from core.presets import DEFAULT_PRESET, PresetError, read_preset
@@ -135,15 +136,15 @@ def _default_preset_values() -> dict:
         preset = read_preset(DEFAULT_PRESET)
         models, search = preset.resolve()
     except PresetError:
-        return {}  # a broken default preset is reported when a command reads it
+        return {}, frozenset()  # a broken default preset is reported when a command reads it
     values = {**dataclasses.asdict(models), **dataclasses.asdict(search)}
-    values["_set_by_preset"] = set(preset.models) | set(preset.search)
+    set_by_preset = set(preset.models) | set(preset.search)
     for dest, field in (("kv_cache_gb", "gen_kv_bytes"), ("prm_kv_cache_gb", "prm_kv_bytes")):
         if values.get(field) is not None:
             values[dest] = round(values[field] / _GIB, 3)
-        if field in values["_set_by_preset"]:
-            values["_set_by_preset"].add(dest)
-    return values
+        if field in set_by_preset:
+            set_by_preset.add(dest)
+    return values, frozenset(set_by_preset)
 
 
 def preset_default(dest: str) -> str:
@@ -154,7 +155,7 @@ def preset_default(dest: str) -> str:
     """
     from core.presets import DEFAULT_PRESET
 
-    values = _default_preset_values()
+    values, set_by_preset = _default_preset_values()
     if values.get(dest) is None:
         return ""
     value = values[dest]
@@ -162,7 +163,7 @@ def preset_default(dest: str) -> str:
         value = repr(value) if len(value) <= 40 else repr(value[:37] + "...")
     elif isinstance(value, bool):
         value = "on" if value else "off"
-    where = f" from {DEFAULT_PRESET}" if dest in values["_set_by_preset"] else ""
+    where = f" from {DEFAULT_PRESET}" if dest in set_by_preset else ""
     return f"  [default: {value}{where}]"
 
 
