@@ -8,6 +8,7 @@ usage error costs well under a second; everything here therefore imports only th
 from __future__ import annotations
 
 import importlib.util
+import logging
 from dataclasses import dataclass
 
 # Names of the scorers :data:`core.solver.SCORERS` maps to classes, with the one-line description
@@ -18,6 +19,8 @@ SCORER_DESCRIPTIONS = {
     "qwen-math-prm": "Qwen2.5-Math-PRM: class-1 probability of its 2-class head at each <extra_0>",
     "rlhflow": "RLHFlow Llama3.1-8B-PRM: P(+) over {+,-} after each step",
     "math-shepherd": "Math-Shepherd: the + share of {+,-} at each ' ки' step tag",
+    "skywork-prm": "Skywork-o1-Open-PRM: sigmoid of its value head at the newline after each step",
+    "token-classification": "TRL-trained PRM (2-label token classification): P(label 1) at the newline after each step",
 }
 SCORER_NAMES = tuple(SCORER_DESCRIPTIONS)
 # the search policies (core.search.driver.POLICIES) and what each does, in one line
@@ -33,7 +36,8 @@ DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 GIB = 1 << 30
 # Attention backends of the paged engine (core.engine.backends) and what each is, in one line.
 ATTENTION_BACKEND_DESCRIPTIONS = {
-    "auto": "flashinfer on a CUDA device when the flashinfer package is importable, torch otherwise",
+    "auto": "flashinfer on a CUDA device when the flashinfer package and its kernels (prebuilt or nvcc) are there, "
+            "torch otherwise",
     "torch": "SDPA over gathered KV blocks, rows grouped by shared blocks (the reference; CPU and CUDA)",
     "flashinfer": "FlashInfer paged kernels with cascade attention over shared prefixes (CUDA, fp16/bf16; "
                   "pip install 'specscale[cuda]')",
@@ -49,8 +53,10 @@ def attention_backend_problem(backend: str, device: str, dtype: str | None = Non
 
     Decided from the names alone, without importing torch or flashinfer, so a usage error costs no
     model loading: ``flashinfer`` needs a CUDA device, a fp16/bf16 dtype (None is the device default,
-    bf16 on CUDA) and the ``flashinfer`` package (``importlib.util.find_spec``; pass
-    ``flashinfer_installed`` to decide without looking). ``auto`` and ``torch`` run anywhere.
+    bf16 on CUDA), the ``flashinfer`` package (``importlib.util.find_spec``) and kernels it can run:
+    prebuilt ones or ``nvcc`` to compile them (:func:`core.flashinfer_env.kernels_problem`). Pass
+    ``flashinfer_installed`` to decide both without looking (True: kernels given, as tests inject
+    stand-ins). ``auto`` and ``torch`` run anywhere.
     """
     if backend not in ATTENTION_BACKENDS:
         return f"unknown attention backend '{backend}'; choose one of {', '.join(ATTENTION_BACKENDS)}"
@@ -62,7 +68,11 @@ def attention_backend_problem(backend: str, device: str, dtype: str | None = Non
     if dtype not in (None, "auto", *FLASHINFER_DTYPES):
         return f"the flashinfer attention backend takes bfloat16 or float16 weights, not {dtype}"
     if flashinfer_installed is None:
-        flashinfer_installed = importlib.util.find_spec("flashinfer") is not None
+        if importlib.util.find_spec("flashinfer") is None:
+            return "the flashinfer package is not installed: pip install 'specscale[cuda]' (flashinfer-python)"
+        from core.flashinfer_env import kernels_problem
+
+        return kernels_problem()
     if not flashinfer_installed:
         return "the flashinfer package is not installed: pip install 'specscale[cuda]' (flashinfer-python)"
     return None
@@ -73,18 +83,33 @@ def resolve_attention_backend(backend: str, device: str, dtype_name: str | None 
     """The backend a run uses: ``torch`` or ``flashinfer`` (``auto`` decided here).
 
     ``auto`` is ``flashinfer`` on a CUDA device with a fp16/bf16 dtype when the package is
-    importable, ``torch`` otherwise (CPU, float32, or no flashinfer).
+    importable and its kernels can be had, ``torch`` otherwise (CPU, float32, no flashinfer, or no
+    kernels); on a CUDA device with such a dtype, choosing torch says why once, as a ``note:`` line.
 
     Raises:
         ValueError: :func:`attention_backend_problem` names a problem.
     """
     if backend == "auto":
-        fits = attention_backend_problem("flashinfer", device, dtype_name, flashinfer_installed) is None
-        return "flashinfer" if fits else "torch"
+        problem = attention_backend_problem("flashinfer", device, dtype_name, flashinfer_installed)
+        if problem is None:
+            return "flashinfer"
+        if str(device).startswith("cuda") and dtype_name in (None, "auto", *FLASHINFER_DTYPES):
+            _note_once(f"attention backend auto: torch, since {problem}")
+        return "torch"
     problem = attention_backend_problem(backend, device, dtype_name, flashinfer_installed)
     if problem:
         raise ValueError(problem)
     return backend
+
+
+_noted: set[str] = set()
+
+
+def _note_once(text: str) -> None:
+    """One ``note:`` line per distinct text and process (the choice is made per engine)."""
+    if text not in _noted:
+        _noted.add(text)
+        logging.getLogger("specscale.notes").info("%s", text)
 
 
 @dataclass

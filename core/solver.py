@@ -15,11 +15,14 @@ from core.verify.lm_judge import LMJudgeScorer
 from core.verify.math_shepherd import MathShepherdScorer
 from core.verify.qwen_math_prm import QwenMathPRMScorer
 from core.verify.rlhflow import RLHFlowScorer
+from core.verify.skywork import SkyworkPRMScorer
+from core.verify.token_classification import TokenClassificationScorer
 from core.verify.verifier import Verifier
 
 # keys: core.settings.SCORER_NAMES, which flag checking uses before torch is imported (tested equal)
 SCORERS = {"likelihood": LikelihoodScorer, "lm-judge": LMJudgeScorer, "qwen-math-prm": QwenMathPRMScorer,
-           "rlhflow": RLHFlowScorer, "math-shepherd": MathShepherdScorer}
+           "rlhflow": RLHFlowScorer, "math-shepherd": MathShepherdScorer, "skywork-prm": SkyworkPRMScorer,
+           "token-classification": TokenClassificationScorer}
 
 
 # Auto sizing of the KV pools (ModelSettings.gen_kv_bytes / prm_kv_bytes None):

@@ -9,8 +9,10 @@ Model specs accepted by :func:`load_model`:
 * a hub name such as ``Qwen/Qwen2.5-7B-Instruct`` (needs network unless already in the HF cache).
 
 A folder or hub name whose ``config.json`` names a PRM architecture that is a decoder plus a
-classification head (``Qwen2ForProcessRewardModel``, see :mod:`core.models.prm_head`) loads as
-that decoder + head model instead of a causal LM, without ``trust_remote_code``.
+head (``Qwen2ForProcessRewardModel``, Skywork's ``Qwen2ForPrmModel``, a ``*ForTokenClassification``;
+see :mod:`core.models.prm_head`) loads as that decoder + head model instead of a causal LM, without
+``trust_remote_code``. Weights come from safetensors or from a pickled ``pytorch_model.bin``, which
+is read with ``torch.load(weights_only=True)`` (tensors only, never arbitrary objects).
 
 GGUF weights are de-quantized by `transformers` on load, which takes ~40 s for SmolLM2 on two
 CPU cores; the de-quantized model is therefore saved once as safetensors under
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +63,8 @@ class LoadedModel:
 
     @property
     def head(self) -> str:
-        """Which output the engine's logits rows hold: "lm" (vocabulary logits) or "classifier"."""
+        """Which output the engine's logits rows hold: "lm" (vocabulary logits), "classifier" (one
+        logit per class) or "value" (one scalar, a value head; see :mod:`core.models.prm_head`)."""
         return getattr(self.model, "head_kind", "lm")
 
     @property
@@ -194,15 +198,16 @@ def head_model_class(source: str | Path):
     """
     from transformers import PretrainedConfig
 
-    from .prm_head import HEAD_ARCHITECTURES
+    from .prm_head import head_class
 
     try:
         config, _ = PretrainedConfig.get_config_dict(str(source))
     except (OSError, ValueError):
         return None
     for arch in config.get("architectures") or []:
-        if arch in HEAD_ARCHITECTURES:
-            return HEAD_ARCHITECTURES[arch]
+        cls = head_class(arch)
+        if cls is not None:
+            return cls
     return None
 
 
@@ -212,10 +217,12 @@ def _from_pretrained(source: str | Path, spec: str, dtype: torch.dtype):
 
     head_cls = head_model_class(source)
     if head_cls is None:
-        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-    model, info = head_cls.from_pretrained(source, dtype=dtype, output_loading_info=True)
+        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, weights_only=True)
+    model, info = head_cls.from_pretrained(source, dtype=dtype, output_loading_info=True, weights_only=True)
     if info.get("missing_keys"):
-        missing = sorted(info["missing_keys"])
+        # the names and shapes the class expects, so a user sees which tensors the files lack
+        shapes = {k: list(v.shape) for k, v in model.state_dict().items()}
+        missing = [f"{k} {shapes.get(k, '?')}" for k in sorted(info["missing_keys"])]
         raise ModelLoadError(f"cannot load PRM '{spec}' as {head_cls.__name__}: its checkpoint lacks "
                              f"{', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
     return model
@@ -265,6 +272,9 @@ def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = 
         raise
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"cannot load model '{spec}': {exc}") from exc
+    except pickle.UnpicklingError as exc:  # a pytorch_model.bin holding more than tensors: weights_only refuses it
+        raise ModelLoadError(f"cannot load model '{spec}': {str(exc).splitlines()[0]} (the checkpoint holds objects "
+                             "other than tensors; they are never unpickled)") from exc
     check_attention(model, spec)
     model.to(device).eval()
     release_free_memory()  # loading leaves tens of MB of freed temporaries in the C heap

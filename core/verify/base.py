@@ -39,7 +39,8 @@ class Scorer(ABC):
 
     name: str = "scorer"
     #: which output of the PRM model the scores are read from: "lm" (a causal LM's vocabulary
-    #: logits) or "classifier" (a token-classification head, see core.models.prm_head)
+    #: logits), "classifier" (a token-classification head) or "value" (a one-scalar value head);
+    #: see core.models.prm_head
     head: str = "lm"
 
     def __init__(self, tokenizer, share_generator_ids: bool = False):
