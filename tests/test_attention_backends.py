@@ -161,7 +161,7 @@ def test_sliding_window_and_prefix_cached_prefill_through_the_flashinfer_path(ti
 
 
 # ---------------------------------------------------------------------------- CUDA-graph decode, captured by a stand-in
-def fake_capture(fn):
+def fake_capture(fn, pool=None):
     """What a CUDA graph does, on a CPU: a replay recomputes ``fn`` (which reads only the static
     buffers) into the captured output tensor."""
     output = fn()
@@ -206,6 +206,54 @@ def test_graph_decode_equals_eager_decode(tiny_model):
                          stop=StopCriteria(step_delimiter=None, max_tokens=6), seeds=[5, 6, 7], candidates=["x", "y", "z"])
     outs = run_to_end(ref_engine)
     assert got == sorted([seq.token_ids] + [ref_engine.sequence(ev.child).token_ids for o in outs for ev in o.forked])
+
+
+def test_graph_buckets_share_one_pool_and_page_indices_cross_once_per_step(monkeypatch):
+    """Issue 24, defect 7: every bucket is captured into one memory pool, and a replayed step's page
+    indices of all attention windows reach the device in one copy (device-resident when planned:
+    FlashInfer copies host indices into a graph wrapper's buffer blocking)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from conftest import _tiny
+    from core.engine.backends import flashinfer_reference
+
+    model = _tiny(lambda **kw: Qwen2Config(use_sliding_window=True, sliding_window=6, max_window_layers=1, **kw),
+                  Qwen2ForCausalLM, seed=4)  # two attention windows: two graph wrappers per bucket
+    planned = []
+    plan = flashinfer_reference.BatchDecodeWithPagedKVCacheWrapper.plan
+
+    def recording_plan(self, indptr, indices, last_page_len, *args, **kwargs):
+        if self.is_cuda_graph_enabled:
+            planned.append((indptr, indices, last_page_len))
+        return plan(self, indptr, indices, last_page_len, *args, **kwargs)
+
+    monkeypatch.setattr(flashinfer_reference.BatchDecodeWithPagedKVCacheWrapper, "plan", recording_plan)
+    pools = []
+
+    def capture(fn, pool=None):
+        pools.append(pool)
+        return fake_capture(fn)
+
+    engine = make_engine(model, attention_backend=REFERENCE, max_num_seqs=8)
+    cache = KVCache(engine.cache.layout, engine.cache.num_blocks, engine.cache.block_size, scratch_blocks=1)
+    engine.cache = engine.kv.cache = cache
+    engine.runner = ModelRunner(model, cache, REFERENCE, max_num_seqs=8, max_model_len=engine.max_model_len,
+                                graph_capture=capture)
+    engine.runner.graphs.pool = shared = object()
+    prompts = random_prompts([3, 9, 14], seed=21)
+    short = random_prompts([5], seed=23)
+    seqs = engine.generate(prompts, *greedy(6)) + engine.generate(short, *greedy(4))  # buckets 4 and 1
+    graphs = engine.runner.graphs
+    assert set(graphs.graphs) == {1, 4}
+    assert pools == [shared, shared]
+    assert len(engine.runner.backend.keys_seen) == 2 and planned and len(planned) % 2 == 0
+    for a, b in zip(planned[::2], planned[1::2]):  # the two windows of one replayed step
+        assert torch.is_tensor(a[1]) and a[1].device == cache.data.device
+        assert a[1].untyped_storage().data_ptr() == b[1].untyped_storage().data_ptr()  # one copy
+        assert a[0].untyped_storage().data_ptr() != a[1].untyped_storage().data_ptr()  # indptr stays on the host
+    eager = make_engine(model, attention_backend=REFERENCE, max_num_seqs=8, enforce_eager=True)
+    ref = eager.generate(prompts, *greedy(6)) + eager.generate(short, *greedy(4))
+    assert [s.token_ids for s in seqs] == [s.token_ids for s in ref]
 
 
 # ---------------------------------------------------------------------------- sampling: one host read

@@ -9,7 +9,8 @@ bucket is captured the first time a step needs it (warm-up run, then capture), w
 buffers the runner fills before every replay, in one host-to-device copy.
 
 A graph replays the FlashInfer backend's decode wrapper in CUDA-graph mode, whose metadata lives
-in fixed buffers that ``plan()`` refills before each replay (FlashInfer's ``use_cuda_graph``). Steps
+in fixed buffers that ``plan()`` refills before each replay (FlashInfer's ``use_cuda_graph``), from
+one host-to-device copy of the page indices per step. Steps
 that mix in prefill chunks, exceed the largest bucket, or run the cascade (a group of rows sharing
 pages: the saved KV reads are worth more than the launches) run eagerly, as does everything with
 ``--enforce-eager`` and with the torch backend (whose decode plan changes shape every step).
@@ -49,12 +50,13 @@ def bucket_for(n: int, sizes: list[int]) -> int | None:
     return None
 
 
-def cuda_capture(fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
+def cuda_capture(fn: Callable[[], torch.Tensor], pool=None) -> tuple[Callable[[], None], torch.Tensor]:
     """Capture ``fn`` (reading only static buffers) as a CUDA graph; returns ``(replay, output)``.
 
     ``fn`` runs once on a side stream first, so lazy initialisation (cuBLAS workspaces, kernel
     loading) happens outside the capture, as PyTorch's CUDA-graph notes require. ``output`` is the
     static tensor each replay rewrites; the capture itself computes nothing, so replay once to use it.
+    ``pool``: a memory pool handle (``torch.cuda.graph_pool_handle()``) shared with other graphs.
     """
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -62,7 +64,7 @@ def cuda_capture(fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], to
         fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         output = fn()
     return graph.replay, output
 
@@ -74,17 +76,25 @@ class DecodeGraphs:
         runner: the model runner (its model, KV cache and FlashInfer backend).
         max_num_seqs: the largest bucket.
         max_pages_per_seq: most pages one row reads (sizes each graph's indices buffer).
-        capture: ``fn -> (replay, output)``; default :func:`cuda_capture` (tests pass a stand-in
-            that replays by calling ``fn`` again and copying into ``output``).
+        capture: ``(fn, pool) -> (replay, output)``; default :func:`cuda_capture` (tests pass a
+            stand-in that replays by calling ``fn`` again and copying into ``output``).
+        pool: the memory pool every bucket's graph is captured into (default: a new CUDA graph pool
+            with the default capture, none with a stand-in).
+
+    Memory: one pool for all buckets, as serving engines share it: only one graph replays at a
+    time and its output is copied out before the next, so a bucket's intermediates may reuse another's
+    and the pool holds about the largest bucket's activations. Private pools (one per bucket) would
+    add up to every bucket's, outside the share of device memory the KV sizing leaves free.
     """
 
-    def __init__(self, runner, max_num_seqs: int, max_pages_per_seq: int, capture=None):
+    def __init__(self, runner, max_num_seqs: int, max_pages_per_seq: int, capture=None, pool=None):
         self.runner = runner
         self.backend = runner.backend
         self.kv = runner.kv
         self.sizes = graph_batch_sizes(max_num_seqs)
         self.max_pages_per_seq = max_pages_per_seq
         self.capture = capture or cuda_capture
+        self.pool = pool if pool is not None or capture is not None else torch.cuda.graph_pool_handle()
         top = self.sizes[-1]
         # rows 0, 1, 2: token ids, positions, KV slots of the step (padding rows after the real ones)
         self.static = torch.zeros(3, top, dtype=torch.long, device=runner.device)
@@ -110,7 +120,7 @@ class DecodeGraphs:
         size = bucket_for(n, self.sizes)
         pad = size - n
         host = torch.tensor([ids + [0] * pad, positions + [0] * pad, slots + [self.scratch_slot] * pad],
-                            dtype=torch.long, pin_memory=self.runner.device.type == "cuda")
+                            dtype=torch.long, device="cpu", pin_memory=self.runner.device.type == "cuda")
         self.static[:, :size].copy_(host, non_blocking=True)
         dtype = self.kv.data.dtype
         wrappers = self.backend.plan_graph(plan, size, size * self.max_pages_per_seq, dtype)
@@ -123,7 +133,7 @@ class DecodeGraphs:
                             logits_to_keep=keep, **{META_KWARG: meta})
                 return out.logits[0]
 
-            replay, output = self.capture(forward)
+            replay, output = self.capture(forward, self.pool)
             self.graphs[size] = (replay, output, wrappers)
         replay, output, _ = self.graphs[size]
         replay()
@@ -132,6 +142,6 @@ class DecodeGraphs:
             return output[:n].clone()
         if not logit_rows:
             return output[:0].clone()
-        index = torch.tensor(logit_rows, dtype=torch.long, pin_memory=output.is_cuda).to(output.device,
-                                                                                         non_blocking=True)
+        index = torch.tensor(logit_rows, dtype=torch.long, device="cpu", pin_memory=output.is_cuda).to(
+            output.device, non_blocking=True)
         return output.index_select(0, index)

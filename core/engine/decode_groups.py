@@ -194,7 +194,8 @@ def build_decode_groups(packed_rows: list[int], tables: list[list[int]], lengths
         rows_per_group = max(len(groups[i]) for i in bucket)
         blocks_per_group = max(len(unions[i][0]) for i in bucket)
         width = blocks_per_group * block_size
-        mask = torch.zeros(len(bucket) * rows_per_group, width, dtype=torch.bool)
+        # built on the host (element-wise fill), moved to the device once below
+        mask = torch.zeros(len(bucket) * rows_per_group, width, dtype=torch.bool, device="cpu")
         query_rows: list[int] = []
         keep: list[int] = []
         key_slots: list[int] = []
@@ -222,7 +223,7 @@ def build_decode_groups(packed_rows: list[int], tables: list[list[int]], lengths
             query_rows.extend([packed_rows[members[0]]] * pad)
             key_rows.extend(range(n * rows_per_group + len(members), (n + 1) * rows_per_group))
             key_slots.extend([0] * pad)
-        mask[torch.tensor(key_rows), torch.tensor(key_slots)] = True
+        mask[torch.tensor(key_rows, device="cpu"), torch.tensor(key_slots, device="cpu")] = True
         mask = (mask.view(len(bucket), rows_per_group, 1, width)
                 .expand(len(bucket), rows_per_group, q_per_kv, width)
                 .reshape(len(bucket), 1, rows_per_group * q_per_kv, width))

@@ -26,7 +26,7 @@ class KVLayout:
     @property
     def bytes_per_token(self) -> int:
         """Bytes of K and V for one token across all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.tensor([], dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype.itemsize
 
     @classmethod
     def from_config(cls, config, dtype: torch.dtype) -> "KVLayout":
@@ -48,12 +48,12 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor
         ``(tensor, buffer)``: keep ``buffer`` (the map, or None) alive as long as the tensor.
     """
     numel = math.prod(shape)
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * dtype.itemsize
     try:
         buffer = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                            prot=mmap.PROT_READ | mmap.PROT_WRITE)
     except (AttributeError, OSError, TypeError, ValueError):  # no anonymous maps (Windows), or refused
-        return torch.zeros(shape, dtype=dtype), None
+        return torch.zeros(shape, dtype=dtype, device="cpu"), None
     return torch.frombuffer(buffer, dtype=dtype, count=numel).view(shape), buffer
 
 

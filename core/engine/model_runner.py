@@ -115,9 +115,9 @@ class ModelRunner:
         step's inputs cost one transfer and no synchronisation.
         """
         if self.device.type == "cpu":
-            return [torch.tensor(a, dtype=torch.long) for a in arrays]
+            return [torch.tensor(a, dtype=torch.long, device=self.device) for a in arrays]
         flat = [x for a in arrays for x in a]
-        host = torch.tensor(flat, dtype=torch.long, pin_memory=True)
+        host = torch.tensor(flat, dtype=torch.long, device="cpu", pin_memory=True)
         dev = host.to(self.device, non_blocking=True)
         return list(torch.split(dev, [len(a) for a in arrays]))
 

@@ -80,8 +80,8 @@ def _to_device(data: list, dtype: torch.dtype, device: torch.device) -> torch.Te
     """A host list on ``device``; on CUDA through pinned memory, so the copy neither blocks the host
     nor waits for the device (a copy from pageable memory may)."""
     if device.type == "cpu":
-        return torch.tensor(data, dtype=dtype)
-    return torch.tensor(data, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
+        return torch.tensor(data, dtype=dtype, device=device)
+    return torch.tensor(data, dtype=dtype, device="cpu", pin_memory=True).to(device, non_blocking=True)
 
 
 def sample(logits: torch.Tensor, rows: list[RowRequest]) -> list[list[int]]:

@@ -31,6 +31,7 @@ class LikelihoodScorer(Scorer):
         if not logits:
             return 0.0
         rows = torch.stack(logits).float()
-        targets = torch.tensor([req.token_ids[p + 1] for p in req.read_positions])
+        # on the logits' device: the engine may return CUDA rows, and gather needs both on one device
+        targets = torch.tensor([req.token_ids[p + 1] for p in req.read_positions], device=rows.device)
         logp = torch.log_softmax(rows, dim=-1).gather(1, targets[:, None]).squeeze(1)
         return float(math.exp(logp.mean().item()))

@@ -107,13 +107,22 @@ class FlashInferBackend(AttentionBackend):
         device-to-host synchronisation (device-resident indptr arrays would need one)."""
         flat = [x for a in arrays for x in a]
         pin = self.device.type == "cuda"
-        host = torch.tensor(flat, dtype=torch.int32, pin_memory=pin) if flat else torch.zeros(0, dtype=torch.int32)
+        host = (torch.tensor(flat, dtype=torch.int32, device="cpu", pin_memory=pin) if flat
+                else torch.zeros(0, dtype=torch.int32, device="cpu"))
         return list(torch.split(host, [len(a) for a in arrays]))
+
+    def device_int32(self, *arrays: list[int]) -> list[torch.Tensor]:
+        """int32 tensors of ``arrays`` on the device, moved in one non-blocking copy from pinned memory."""
+        host = self.host_int32(*arrays)
+        if not host:
+            return []
+        flat = torch.cat(host) if len(host) > 1 else host[0]
+        return list(torch.split(flat.to(self.device, non_blocking=True), [len(a) for a in arrays]))
 
     def rows_tensor(self, rows: list[int]) -> torch.Tensor:
         """Packed-row indices on the device (through pinned memory on CUDA: no host-device wait)."""
         pin = self.device.type == "cuda"
-        return torch.tensor(rows, dtype=torch.long, pin_memory=pin).to(self.device, non_blocking=True)
+        return torch.tensor(rows, dtype=torch.long, device="cpu", pin_memory=pin).to(self.device, non_blocking=True)
 
     # ------------------------------------------------------------------ wrappers
     def wrappers(self, key: tuple) -> _Wrappers:
@@ -132,11 +141,18 @@ class FlashInferBackend(AttentionBackend):
         return dict(window_left=-1 if window is None else window - 1, sm_scale=scaling, q_data_type=dtype,
                     kv_data_type=self.kv.data.dtype)
 
-    def plan_decode(self, wrapper, kv: PagedKV, window: int | None, scaling: float | None, dtype: torch.dtype) -> None:
+    def plan_decode(self, wrapper, kv: PagedKV, window: int | None, scaling: float | None, dtype: torch.dtype,
+                    indices: torch.Tensor | None = None) -> None:
         """Plan a decode wrapper for the requests of ``kv`` (one query each; FlashInfer's
         ``BatchDecodeWithPagedKVCacheWrapper.plan``: int32 ``indptr [B + 1]``, ``indices [indptr[-1]]``,
-        ``last_page_len [B]``, heads, head size, page size; window, scale and dtypes by keyword)."""
-        indptr, indices, last = self.host_int32(kv.indptr, kv.indices, kv.last_page_len)
+        ``last_page_len [B]``, heads, head size, page size; window, scale and dtypes by keyword).
+
+        ``indices``: ``kv.indices`` already on the device (CUDA-graph wrappers; None: sent from the host).
+        """
+        if indices is None:
+            indptr, indices, last = self.host_int32(kv.indptr, kv.indices, kv.last_page_len)
+        else:
+            indptr, last = self.host_int32(kv.indptr, kv.last_page_len)
         wrapper.plan(indptr, indices, last, self.num_qo_heads, self.num_kv_heads, self.head_dim, self.page_size,
                      **self.plan_kwargs(window, scaling, dtype))
 
@@ -165,14 +181,22 @@ class FlashInferBackend(AttentionBackend):
 
     def plan_graph(self, plan: AttentionPlan, batch_size: int, max_pages: int, dtype: torch.dtype) -> dict:
         """Plan every seen (window, scaling) graph wrapper for ``plan``'s decode rows padded to
-        ``batch_size`` (padding rows read the KV cache's scratch page). Returns key -> wrapper."""
+        ``batch_size`` (padding rows read the KV cache's scratch page). Returns key -> wrapper.
+
+        A CUDA-graph wrapper's ``plan()`` copies the page indices into its fixed buffer, blocking the
+        host when they come from host memory (FlashInfer copies non-blocking only from the device);
+        so the indices of every window go to the device first, in one non-blocking copy per step.
+        ``indptr`` and ``last_page_len`` stay on the host: ``plan()`` reads them there.
+        """
+        keys = sorted(self.keys_seen, key=repr)
+        kvs = [pad_decode_kv(decode_kv(plan.decode_tables, plan.decode_lengths, plan.block_size, window),
+                             batch_size, self.kv.scratch_block) for window, _ in keys]
+        indices = self.device_int32(*[kv.indices for kv in kvs])
         out = {}
-        for key in sorted(self.keys_seen, key=repr):
+        for key, kv, ix in zip(keys, kvs, indices):
             window, scaling = key
-            kv = decode_kv(plan.decode_tables, plan.decode_lengths, plan.block_size, window)
-            kv = pad_decode_kv(kv, batch_size, self.kv.scratch_block)
             wrapper = self.graph_wrapper(batch_size, key, max_pages)
-            self.plan_decode(wrapper, kv, window, scaling, dtype)
+            self.plan_decode(wrapper, kv, window, scaling, dtype, indices=ix)
             out[key] = wrapper
         return out
 

@@ -175,11 +175,9 @@ class _PagedWrapper:
                 raise ValueError(f"the batch size is fixed at {len(last_buf)} in CUDA-graph mode, got {len(lp)}")
             if len(ix) > len(indices_buf):
                 raise ValueError("indices exceed the allocated buffer")
-            indptr_buf.copy_(torch.tensor(ip, dtype=indptr_buf.dtype))
-            last_buf.copy_(torch.tensor(lp, dtype=last_buf.dtype))
-            indices_buf[:len(ix)].copy_(torch.tensor(ix, dtype=indices_buf.dtype))
-            if qo_buf is not None:
-                qo_buf.copy_(torch.tensor(qo, dtype=qo_buf.dtype))
+            for buf, values in ((indptr_buf, ip), (last_buf, lp), (indices_buf[:len(ix)], ix), (qo_buf, qo)):
+                if buf is not None:
+                    buf.copy_(torch.tensor(values, dtype=buf.dtype, device=buf.device))
         self._planned = dict(qo=qo, indptr=ip, indices=ix, last=lp, causal=causal, window_left=window_left,
                              sm_scale=sm_scale)
 

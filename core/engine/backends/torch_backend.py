@@ -40,12 +40,15 @@ class PrefillSpan:
     ctx_before: tokens of this sequence already in the cache before these rows.
     blocks: LongTensor ``[n_blocks]`` of the sequence's block table covering the whole context
     (None when ``ctx_before == 0``: the span then attends only to itself).
+    device: where the attention runs; masks built for the span go there (a span without cached
+    context has no ``blocks`` to take the device from).
     """
 
     q_start: int
     q_len: int
     ctx_before: int
     blocks: torch.Tensor | None
+    device: torch.device | str = "cpu"
     mask: torch.Tensor | None = None  # bool [q_len, ctx_before + q_len], True = attend
     _windowed: dict = field(default_factory=dict, repr=False)
 
@@ -68,9 +71,8 @@ class PrefillSpan:
                 first_block = max(0, c - window + 1) // block_size
                 key_start = first_block * block_size
                 blocks = self.blocks[first_block:]
-            device = (self.blocks if self.blocks is not None else torch.empty(0)).device
-            keys = torch.arange(key_start, c + n, device=device)
-            queries = torch.arange(c, c + n, device=device).unsqueeze(1)
+            keys = torch.arange(key_start, c + n, device=self.device)
+            queries = torch.arange(c, c + n, device=self.device).unsqueeze(1)
             mask = (keys.unsqueeze(0) <= queries) & (keys.unsqueeze(0) > queries - window)
             self._windowed[window] = (blocks, key_start, mask)
         return self._windowed[window]
@@ -276,10 +278,10 @@ class TorchBackend(AttentionBackend):
         spans: list[PrefillSpan] = []
         for row in plan.prefill:
             if row.ctx_before == 0:
-                spans.append(PrefillSpan(row.q_start, row.q_len, 0, None))
+                spans.append(PrefillSpan(row.q_start, row.q_len, 0, None, dev))
             else:
-                t = torch.tensor(row.table)
-                spans.append(PrefillSpan(row.q_start, row.q_len, row.ctx_before, t.to(dev),
+                spans.append(PrefillSpan(row.q_start, row.q_len, row.ctx_before,
+                                         torch.tensor(row.table, dtype=torch.long, device=dev), dev,
                                          offset_causal_mask(row.ctx_before, row.q_len, dev)))
         meta = AttentionMetadata(kv=self.kv, slot_mapping=slot_mapping, num_tokens=plan.num_tokens, prefill=spans)
         if plan.decode_rows:
