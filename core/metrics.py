@@ -134,12 +134,31 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def accuracy_at_n(counts: dict) -> dict[str, dict[str, float | None]]:
+    """Accuracy of ``pred`` and of every selection rule over the first n completions of each record.
+
+    From the ``graded@<n>``, ``correct@<n>`` and ``correct_<rule>@<n>`` counts of
+    :func:`core.search.records.count_record`: ``{"1": {"accuracy": ..., "accuracy_best": ...,
+    "accuracy_weighted": ..., "accuracy_majority": ...}, "2": ..., ...}``, n ascending; empty when
+    no graded record has subsets.
+    """
+    sizes = sorted((int(k.split("@", 1)[1]) for k in counts if k.startswith("graded@")))
+    out = {}
+    for n in sizes:
+        graded = counts[f"graded@{n}"]
+        out[str(n)] = {"accuracy": _ratio(counts.get(f"correct@{n}", 0), graded),
+                       **{f"accuracy_{rule}": _ratio(counts.get(f"correct_{rule}@{n}", 0), graded)
+                          for rule in PICK_FIELDS}}
+    return out
+
+
 def run_progress(counts: dict, total: int | None, wall_s: float, eta_s: float | None, generated_tokens: int,
                  tokens_per_s_now: float | None, problems_in_flight: int) -> dict:
     """The answer counts, accuracies, clock and token rates of a run (the first keys of :func:`snapshot`).
 
     ``counts`` as in :func:`snapshot`; an ``accuracy_<rule>`` key comes for every ``correct_<rule>``
-    count of a selection rule in ``PICK_FIELDS``. Times in seconds, rates in tokens per second;
+    count of a selection rule in ``PICK_FIELDS``, and ``accuracy_at_n`` from the ``graded@<n>``
+    counts (see :func:`accuracy_at_n`). Times in seconds, rates in tokens per second;
     ``problems_in_flight``: problems being searched now.
     """
     return {
@@ -152,6 +171,7 @@ def run_progress(counts: dict, total: int | None, wall_s: float, eta_s: float | 
         # the accuracy every selection rule would have had (solve grades all three picks)
         **{f"accuracy_{rule}": _ratio(counts[f"correct_{rule}"], counts["graded"])
            for rule in PICK_FIELDS if f"correct_{rule}" in counts},
+        "accuracy_at_n": accuracy_at_n(counts),
         "wall_s": wall_s,
         "eta_s": eta_s,
         "problems_in_flight": problems_in_flight,
@@ -180,7 +200,8 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         Keys (times in seconds, sizes in tokens or KV blocks; None where undefined): problems_total,
         problems_answered, errors, graded, correct, accuracy (of ``pred``), accuracy_best,
         accuracy_weighted and accuracy_majority (of each selection rule, when ``counts`` has
-        ``correct_<rule>``), wall_s, eta_s, generated_tokens,
+        ``correct_<rule>``), accuracy_at_n (the same over each record's first n completions, see
+        :func:`accuracy_at_n`), wall_s, eta_s, generated_tokens,
         tokens_per_s, tokens_per_s_now, engine_steps, preemptions and prm_preemptions (sequences
         preempted for lack of KV blocks in the generator and the PRM engine), running_sequences,
         waiting_sequences, logical_candidates (candidates carried by running sequences: more than
@@ -250,9 +271,18 @@ def final_summary(snap: dict, config: dict, ndigits: int = 4) -> dict:
     Floats are rounded to ``ndigits`` decimals; the moment-only fields (:data:`LIVE_ONLY`) are left out,
     also from the rows of a scaled-out run's ``replicas`` table.
     """
-    out = {k: (round(v, ndigits) if isinstance(v, float) else v) for k, v in snap.items() if k not in LIVE_ONLY}
+    out = {k: _rounded(v, ndigits) for k, v in snap.items() if k not in LIVE_ONLY}
     if "replicas" in snap:  # a scaled-out run's per-replica table (core.distributed.figures)
         out["replicas"] = [{k: (round(v, ndigits) if isinstance(v, float) else v) for k, v in row.items()
                             if k not in LIVE_ONLY and k != "in_flight"} for row in snap["replicas"]]
     out["config"] = config
     return out
+
+
+def _rounded(value, ndigits: int):
+    """``value`` with its floats rounded to ``ndigits``, inside dicts too (``accuracy_at_n``)."""
+    if isinstance(value, float):
+        return round(value, ndigits)
+    if isinstance(value, dict):
+        return {k: _rounded(v, ndigits) for k, v in value.items()}
+    return value

@@ -229,6 +229,10 @@ def summary_table(summary: dict) -> Table:
     if s.get("accuracy_weighted") is not None or s.get("accuracy_majority") is not None:
         table.add_row("selections", ", ".join(f"{rule} {_pct(s.get(f'accuracy_{rule}'))}"
                                                for rule in ("best", "weighted", "majority")))
+    at_n = s.get("accuracy_at_n") or {}
+    if len(at_n) > 1:  # each rule at each n is in summary.json; the row shows pred's curve
+        table.add_row("accuracy@n", ", ".join(f"{n}: {_pct(v['accuracy'])}" for n, v in at_n.items())
+                      + " (first n completions)")
     for r in s.get("replicas") or []:
         where = f", pid {r['pid']} on {r['node']}" if r.get("pid") else ""
         table.add_row(f"replica {r['replica']}",

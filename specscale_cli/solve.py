@@ -201,7 +201,7 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
     stream = skip_done(problem_input.open(), done, skipped) if len(done) else problem_input.open()
     # the whole run's figures: records an earlier run wrote and this one kept count too
     counts = {"done": done.answers, "errors": done.errors, "correct": done.correct, "graded": done.graded,
-              **{f"correct_{rule}": done.correct_by.get(rule, 0) for rule in PICK_FIELDS}}
+              **{f"correct_{rule}": done.correct_by.get(rule, 0) for rule in PICK_FIELDS}, **done.at_n}
     here = {"done": 0, "errors": 0}
     dashboard = Dashboard(total, counts=counts, enabled=dashboard_on, stream=sys.stderr,
                           title=f"specscale solve · {source} · {policy}")

@@ -180,7 +180,7 @@ SUMMARY_KEYS = {
     "prm_computed_tokens", "prm_mean_batch_tasks", "prm_mean_batch_tokens", "prm_mean_batch_computed_tokens",
     "prm_queued_s", "pruned_ep", "pruned_by_rule", "cancelled_by_rule", "cd_saved_tokens", "generation_s",
     "verification_s", "peak_rss_bytes", "grading_timeouts", "config", "accuracy_best", "accuracy_weighted",
-    "accuracy_majority", "torch_threads", "session",
+    "accuracy_majority", "accuracy_at_n", "torch_threads", "session",
 }
 
 
@@ -198,6 +198,13 @@ def test_solve_writes_summary_json(tiny_dir, tmp_path):
     assert summary["accuracy"] == round(summary["correct"] / 3, 4)
     for rule in ("best", "weighted", "majority"):
         assert summary[f"accuracy_{rule}"] == round(sum(r[f"correct_{rule}"] for r in recs) / 3, 4)
+    # accuracy over each record's first n completions (n = 1, 2, 4 = N), every rule graded
+    assert list(summary["accuracy_at_n"]) == ["1", "2", "4"]
+    for n, acc in summary["accuracy_at_n"].items():
+        assert acc["accuracy"] == round(sum(r["at_n"][n]["correct"] for r in recs) / 3, 4)
+        for rule in ("best", "weighted", "majority"):
+            assert acc[f"accuracy_{rule}"] == round(sum(r["at_n"][n][f"correct_{rule}"] for r in recs) / 3, 4)
+    assert summary["accuracy_at_n"]["4"]["accuracy_best"] == summary["accuracy_best"]
     assert summary["accuracy_best"] == summary["accuracy"]  # the default selection is the best path
     assert summary["generated_tokens"] - summary["cd_saved_tokens"] == sum(r["num_generated_tokens"] for r in recs)
     assert sum(summary["flushes_by_trigger"].values()) == summary["prm_calls"] > 0

@@ -151,6 +151,9 @@ def test_interrupt_then_resume_equals_uninterrupted_run(tiny_dir, reference, tmp
     assert (summary["problems_total"], summary["problems_answered"], summary["errors"]) == (3, 3, 0)
     assert summary["session"] == {"answers": 2, "errors": 0, "kept_answers": 1, "kept_errors": 0}
     assert summary["generated_tokens"] == sum(r["num_sampled_tokens"] for r in recs[1:])
+    # accuracy over the first n completions counts the kept record too, as the uninterrupted run did
+    assert summary["accuracy_at_n"] == orjson.loads((reference / "summary.json").read_bytes())["accuracy_at_n"]
+    assert list(summary["accuracy_at_n"]) == list(recs[0]["at_n"])
     table = " ".join(res.output.split())  # the summary table wraps at the test terminal's width
     assert "3 answered, 0 errors (of 3); 2 this session, 1 kept from before" in table
     assert " tok/s) this session" in table

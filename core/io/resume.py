@@ -45,6 +45,9 @@ class DoneRecords:
         graded/correct: answer records with a ``correct`` field, and how many of them are correct.
         correct_by: per selection rule (``best``, ``weighted``, ``majority``), records whose
             ``correct_<rule>`` is true.
+        at_n: the counts of the records' ``at_n`` entries (the picks over their first n
+            completions), keyed as a run counts them: ``graded@<n>``, ``correct@<n>``,
+            ``correct_<rule>@<n>``.
         unreadable: 1-based line numbers of ``answers.jsonl`` lines that are not JSON objects
             with an ``id`` (a torn fragment of a killed write, or a hand edit).
         removed_to: where :func:`scan_answers` moved the unreadable lines when it repaired the
@@ -59,6 +62,7 @@ class DoneRecords:
     graded: int = 0
     correct: int = 0
     correct_by: dict[str, int] = field(default_factory=dict)
+    at_n: dict[str, int] = field(default_factory=dict)
     unreadable: list[int] = field(default_factory=list)
     removed_to: Path | None = None
     truncated_bytes: int = 0
@@ -169,6 +173,12 @@ def _count_record(raw: bytes, done: DoneRecords) -> bool:
                 if key.startswith("correct_") and value:
                     rule = key[len("correct_"):]
                     done.correct_by[rule] = done.correct_by.get(rule, 0) + 1
+            at_n = rec.get("at_n")
+            for n, entry in (at_n.items() if isinstance(at_n, dict) else ()):
+                done.at_n[f"graded@{n}"] = done.at_n.get(f"graded@{n}", 0) + 1
+                for key, value in (entry.items() if isinstance(entry, dict) else ()):
+                    if key.startswith("correct") and value is True:
+                        done.at_n[f"{key}@{n}"] = done.at_n.get(f"{key}@{n}", 0) + 1
     return True
 
 

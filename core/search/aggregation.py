@@ -71,3 +71,14 @@ def select_answers(answers: Sequence[str | None], path_scores: Sequence[float]) 
     weighted = max(groups, key=lambda g: g[1])
     majority = max(groups, key=lambda g: g[2])
     return {"best": (answers[0],), "weighted-vote": (weighted[0], weighted[1]), "majority": (majority[0], majority[2])}
+
+
+def subset_sizes(n: int) -> list[int]:
+    """The subset sizes an answer record is graded at: 1, 2, 4, ... below ``n``, then ``n`` itself
+    (search-and-learn's powers of two, with N kept when it is not one). Empty for ``n`` < 1."""
+    sizes = []
+    k = 1
+    while k < n:
+        sizes.append(k)
+        k *= 2
+    return sizes + [n] if n >= 1 else []

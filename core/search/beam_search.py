@@ -27,7 +27,7 @@ from core.grading.extract import extract_answer
 from core.verify.base import Scorer
 from core.verify.verifier import Verifier
 
-from .aggregation import aggregate, select_answers
+from .aggregation import aggregate, select_answers, subset_sizes
 from .config import SearchConfig
 from .policy import FIRST_CHILD_AT_ONCE, WHEN_SCORED, Policy
 from .tree import EndReason, Node, NodeStatus, SearchTree
@@ -461,35 +461,59 @@ class BeamSearch:
         self.done = True
 
     # ------------------------------------------------------------------ results
-    def result(self) -> dict[str, Any]:
-        """The answer record body: ``pred`` by the configured selection, the pick of every selection
-        rule (``pred_best``, ``pred_weighted`` with ``vote_weight``, ``pred_majority`` with
-        ``majority_count``), and the N completions best-first."""
-        completions = []
-        for node in sorted(self.completed, key=lambda n: -n.path_score):
-            path = node.path_nodes()
-            text = "".join(n.text for n in path)
-            completions.append({
-                "text": text,
-                "answer": extract_answer(text),
-                "step_scores": [round(s, 6) for s in node.scores],
-                "path_score": round(node.path_score, 6),
-                "end_reason": node.end_reason.value,
-                "num_steps": len(path),
-                "num_tokens": sum(len(n.token_ids) for n in path),
-                "node": node.node_id,
-            })
-        picks = select_answers([c["answer"] for c in completions], [c["path_score"] for c in completions])
+    def _completion(self, node: Node) -> dict[str, Any]:
+        path = node.path_nodes()
+        text = "".join(n.text for n in path)
         return {
+            "text": text,
+            "answer": extract_answer(text),
+            "step_scores": [round(s, 6) for s in node.scores],
+            "path_score": round(node.path_score, 6),
+            "end_reason": node.end_reason.value,
+            "num_steps": len(path),
+            "num_tokens": sum(len(n.token_ids) for n in path),
+            "node": node.node_id,
+        }
+
+    def _picks(self, nodes: list[Node], entries: dict[int, dict]) -> tuple[list[dict], dict[str, Any]]:
+        """The completions of ``nodes`` best-first (ties keep the order given) and every rule's pick."""
+        best_first = [entries[n.node_id] for n in sorted(nodes, key=lambda n: -n.path_score)]
+        picks = select_answers([c["answer"] for c in best_first], [c["path_score"] for c in best_first])
+        return best_first, {
             "pred": picks[self.config.select][0],
             "pred_best": picks["best"][0],
             "pred_weighted": picks["weighted-vote"][0],
             "vote_weight": round(picks["weighted-vote"][1], 6),
             "pred_majority": picks["majority"][0],
             "majority_count": picks["majority"][1],
+        }
+
+    def result(self) -> dict[str, Any]:
+        """The answer record body: ``pred`` by the configured selection, the pick of every selection
+        rule (``pred_best``, ``pred_weighted`` with ``vote_weight``, ``pred_majority`` with
+        ``majority_count``), the N completions best-first, and ``at_n``: the same picks over the
+        first n completions for n = 1, 2, 4, ... and N (:func:`~core.search.aggregation.subset_sizes`).
+
+        The subsets follow the order the search completed its paths, beam by beam: for best-of-N
+        the sample order (so the first n are exactly the completions of a run at N = n: each sample's
+        sampler seed derives from its tree path alone), for DVTS subtree by subtree, for beam search
+        by the depth a path ended at, then tree order. Every rule sees the same subset; ``at_n[N]``
+        equals the record's own picks. Each ``at_n`` entry also has ``num_tokens``, the generated
+        tokens of its completions' paths (for best-of-N what a run at N = n generates).
+        """
+        entries = {n.node_id: self._completion(n) for n in self.completed}
+        completions, picks = self._picks(self.completed, entries)
+        at_n = {}
+        for k in subset_sizes(len(self.completed)):
+            chosen, sub = self._picks(self.completed[:k], entries)
+            at_n[str(k)] = {**{f: sub[f] for f in ("pred", "pred_best", "pred_weighted", "pred_majority")},
+                            "num_tokens": sum(c["num_tokens"] for c in chosen)}
+        return {
+            **picks,
             "strategy": self.config.strategy,
             "select": self.config.select,
             "completions": completions,
+            "at_n": at_n,
             # what the generator computed for this problem; num_sampled_tokens counts a token CD
             # drew once for several candidates once per candidate (the sum of the nodes' steps)
             "num_generated_tokens": self.sampled_tokens - self.cd_saved_tokens,

@@ -25,22 +25,32 @@ def answer_record(problem: Problem, result: dict, search) -> dict:
     Returns:
         ``id``, ``gold``, ``pred``; with a gold answer ``correct``, ``gold_parsed`` and one
         ``correct_<rule>`` per selection rule; then every field of ``result``, ``policy`` and
-        ``time_s`` (seconds from admission to now, on this process's clock).
+        ``time_s`` (seconds from admission to now, on this process's clock). With a gold answer,
+        every ``at_n`` entry (the picks over the first n completions) is graded the same way:
+        ``correct`` and ``correct_<rule>`` beside its picks.
     """
     from core.grading.equivalence import answers_equivalent, grade
 
     gold = problem.answer
     record = {"id": problem.id, "gold": gold, "pred": result["pred"]}
+    result = dict(result)
     if gold is not None:
         # the problem statement tells a unit from a variable (gold 6m must not accept 6)
         graded = grade(result["pred"], gold, problem.problem)
         record["correct"], record["gold_parsed"] = graded.correct, graded.gold_parsed
         verdicts = {result["pred"]: graded.correct}  # selections often agree: grade each answer once
-        for rule, field in PICK_FIELDS.items():
-            pick = result[field]
+
+        def verdict(pick) -> bool:
             if pick not in verdicts:
                 verdicts[pick] = answers_equivalent(pick, gold, problem.problem)
-            record[f"correct_{rule}"] = verdicts[pick]
+            return verdicts[pick]
+
+        for rule, field in PICK_FIELDS.items():
+            record[f"correct_{rule}"] = verdict(result[field])
+        if "at_n" in result:
+            result["at_n"] = {n: {**entry, "correct": verdict(entry["pred"]),
+                                  **{f"correct_{rule}": verdict(entry[field]) for rule, field in PICK_FIELDS.items()}}
+                              for n, entry in result["at_n"].items()}
     record.update(result)
     record["policy"] = search.policy.name
     record["time_s"] = round(time.perf_counter() - search.tree.t0, 3)
@@ -65,10 +75,16 @@ def error_record(err: ProblemError) -> dict:
 
 
 def count_record(counts: dict, record: dict) -> None:
-    """Add one answer record to a run's counts (``done``, ``graded``, ``correct``, ``correct_<rule>``)."""
+    """Add one answer record to a run's counts (``done``, ``graded``, ``correct``, ``correct_<rule>``,
+    and per ``at_n`` entry ``graded@<n>``, ``correct@<n>`` and ``correct_<rule>@<n>``)."""
     counts["done"] += 1
     if record.get("gold") is not None:
         counts["graded"] += 1
         counts["correct"] += int(record["correct"])
         for rule in PICK_FIELDS:
             counts[f"correct_{rule}"] += int(record[f"correct_{rule}"])
+        # per subset size, graded apart: a resumed run may keep records written without at_n
+        for n, entry in (record.get("at_n") or {}).items():
+            counts[f"graded@{n}"] = counts.get(f"graded@{n}", 0) + 1
+            for key in ("correct", *(f"correct_{rule}" for rule in PICK_FIELDS)):
+                counts[f"{key}@{n}"] = counts.get(f"{key}@{n}", 0) + int(entry[key])
