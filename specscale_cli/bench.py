@@ -421,6 +421,8 @@ def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_di
 
     Every strategy uses the preset's search settings (M, step limits, temperature; greedy runs at
     temperature 0) and --select for its answer; every selection's accuracy is reported too.
+    Best-of-N runs once, at the largest N: a smaller N is the first N samples of that run (what a
+    run at that N would sample); beam search and DVTS run at every N.
     """
     from .bench_report import report_console
 
@@ -454,8 +456,10 @@ def bench_strategies(problems_file, limit, sizes, policy, max_concurrent, out_di
         return [out / "results.json", write_strategies_csv(out / "results.csv", rows)]
 
     def on_run(row):
+        took = (f"from the first {row['n']} samples of the N={row['subset_of']} run" if row["subset_of"]
+                else f"{row['wall_s']:.1f} s")
         console.log(f"{row['strategy']} N={row['n']}: accuracy {row['accuracy']}, {row['generated_tokens']} tokens, "
-                    f"{row['wall_s']:.1f} s")
+                    f"{took}")
         # an hour-long sweep stopped part-way keeps the runs it finished ("complete": false)
         finished.append(row)
         write_results(finished)

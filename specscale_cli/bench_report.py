@@ -209,7 +209,7 @@ STRATEGY_COLUMNS = [("strategy", "strategy", "{}"), ("N", "n", "{}"), ("M", "bea
                     ("accuracy", "accuracy", "{:.3f}"), ("acc best", "accuracy_best", "{:.3f}"),
                     ("acc weighted", "accuracy_weighted", "{:.3f}"), ("acc majority", "accuracy_majority", "{:.3f}"),
                     ("tokens", "generated_tokens", "{}"), ("tokens/problem", "tokens_per_problem", "{:.0f}"),
-                    ("wall s", "wall_s", "{:.1f}")]
+                    ("wall s", "wall_s", "{:.1f}"), ("subset of N", "subset_of", "{}")]
 
 
 def strategies_table(rows: list[dict]) -> Table:

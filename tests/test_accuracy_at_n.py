@@ -19,14 +19,18 @@ from conftest import run_search, tiny_chat_config
 
 from core.io.problems import Problem
 from core.io.resume import scan_answers
+from core.bench.search_bench import run_policy
+from core.bench.strategies_bench import run_strategies, strategy_config
 from core.metrics import accuracy_at_n
 from core.models.loader import LoadedModel
 from core.search.aggregation import subset_sizes
 from core.search.config import PICK_FIELDS, SearchConfig
 from core.search.records import answer_record, count_record
+from core.settings import ModelSettings
 
-PROBLEMS = [Problem("p1", "What is 1 + 1?", "2", 1), Problem("p2", "What is 6 / 3?", "2", 2),
-            Problem("p3", "What is 4 - 1?", "3", 3)]
+# gold answers that the samples of this model sometimes reach (the problems' text does not matter to it)
+PROBLEMS = [Problem("p1", "What is 2 - 1?", "1", 1), Problem("p2", "What is 6 / 2?", "3", 2),
+            Problem("p3", "What is 1 + 1?", "2", 3)]
 PICKS = ("pred", *PICK_FIELDS.values())
 CORRECT = ("correct", *(f"correct_{rule}" for rule in PICK_FIELDS))
 
@@ -122,3 +126,29 @@ def test_a_resumed_run_counts_the_subsets_of_the_records_it_keeps(tmp_path):
     assert accuracy_at_n(done.at_n) == {
         "1": {"accuracy": 0.5, "accuracy_best": 0.5, "accuracy_weighted": 0.0, "accuracy_majority": 0.5},
         "2": {"accuracy": 1.0, "accuracy_best": 1.0, "accuracy_weighted": 0.0, "accuracy_majority": 1.0}}
+
+
+def test_bench_strategies_reads_smaller_best_of_n_from_the_largest_run(answering, monkeypatch):
+    import core.bench.strategies_bench as sb
+
+    settings = ModelSettings(gen_kv_bytes=64 << 20, prm_kv_bytes=64 << 20, block_size=8, max_model_len=1024)
+    base = SearchConfig(beam_size=4, beam_width=2, temperature=1.0, max_steps=3, step_delimiter="\n\n",
+                        max_step_tokens=8, max_tokens=64, perfect_score=None)
+    runs = []
+    monkeypatch.setattr(sb, "run_policy", lambda *a, **kw: runs.append((a[3].strategy, a[3].beam_size)) or
+                        run_policy(*a, **kw))
+    rows = run_strategies((answering, answering), settings, PROBLEMS, base, "specscale", [2, 4, 8], 3)
+    assert runs == [("beam", 1), ("best-of-n", 8), ("beam", 2), ("dvts", 2), ("beam", 4), ("dvts", 4),
+                    ("beam", 8), ("dvts", 8)]
+    by_point = {(r["strategy"], r["n"]): r for r in rows}
+    for n in (2, 4, 8):
+        alone = run_policy((answering, answering), settings, PROBLEMS, strategy_config(base, "best-of-n", n),
+                           "specscale", 3)
+        row = by_point[("best-of-n", n)]
+        assert row["subset_of"] == (8 if n < 8 else None)
+        # what a run at N=n measures: accuracy of every rule, and the tokens it generates
+        assert {k: row[k] for k in ("accuracy", "accuracy_best", "accuracy_weighted", "accuracy_majority")} == {
+            k: alone[k] for k in ("accuracy", "accuracy_best", "accuracy_weighted", "accuracy_majority")}
+        assert row["generated_tokens"] == alone["output_tokens"] == alone["answer_tokens"]
+    assert len({tuple(v for k, v in by_point[("best-of-n", n)].items() if k.startswith("accuracy"))
+                for n in (2, 4, 8)}) > 1

@@ -107,7 +107,7 @@ def step_wait_seconds(nodes) -> list[float]:
 
 
 def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: str, max_concurrent: int,
-               arrivals: Sequence[float] | None = None) -> dict[str, Any]:
+               arrivals: Sequence[float] | None = None, subsets: Sequence[int] = ()) -> dict[str, Any]:
     """Run one policy over ``problems`` on fresh engines (empty KV pools and prefix caches).
 
     Args:
@@ -115,9 +115,13 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         settings: :class:`core.solver.ModelSettings` sizing the engines.
         problems: :class:`core.io.problems.Problem` list.
         arrivals: per-problem arrival times in seconds (a latency run), or None (all at once).
+        subsets: sizes k at which the picks over each problem's first k completions are graded
+            too (:meth:`core.search.beam_search.BeamSearch.subset`), e.g. the smaller N of a best-of-N sweep.
 
     Returns:
         Counters and timings (seconds, tokens, tokens/s); see the module docstring for token kinds.
+        With ``subsets``, ``at_n``: per k, ``accuracy`` (of ``pred``), ``accuracy_<rule>`` and
+        ``answer_tokens`` (the generated tokens of the first k completions' paths, summed over problems).
     """
     from core.grading.equivalence import answers_equivalent
     from core.search.driver import SearchDriver
@@ -144,10 +148,15 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
             return bool(verdicts[pick])
 
         latency = now - arrival_of.get(problem.id, 0.0)
+        at_n = {}
+        for k in subsets:
+            entry = result["at_n"].get(str(k)) or search.subset(k)
+            at_n[k] = {"correct": correct(entry["pred"]), "num_tokens": entry["num_tokens"],
+                       **{f"correct_{rule}": correct(entry[field]) for rule, field in PICKS.items()}}
         per_problem.append({"id": problem.id, "latency_s": latency, "answer_tokens": answer_tokens,
                             "generated_tokens": result["num_generated_tokens"], "correct": correct(result["pred"]),
                             **{f"correct_{rule}": correct(result[field]) for rule, field in PICKS.items()},
-                            "graded": graded})
+                            "graded": graded, "at_n": at_n})
         speculative += sum(n.speculative for n in search.tree.nodes[1:])
         waits.extend(step_wait_seconds(search.tree.nodes))
 
@@ -192,6 +201,8 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         "accuracy": round(sum(p["correct"] for p in graded) / len(graded), 4) if graded else None,
         **{f"accuracy_{rule}": round(sum(p[f"correct_{rule}"] for p in graded) / len(graded), 4) if graded else None
            for rule in PICKS},
+        "at_n": {str(k): {**_accuracies(graded, k), "answer_tokens": sum(p["at_n"][k]["num_tokens"] for p in per_problem)}
+                 for k in subsets},
         "mean_latency_s": round(statistics.fmean(p["latency_s"] for p in per_problem), 3) if per_problem else 0.0,
         "normalized_latency_s_per_token": round(statistics.fmean(normalized), 5) if normalized else 0.0,
         # the driver counts candidates as each rule ends them (RunStats.prunes)
@@ -199,6 +210,14 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         "cancelled": sum(stats.prunes.cancelled.values()),
         "speculative": speculative,
     }
+
+
+def _accuracies(graded: list[dict], k: int) -> dict[str, float | None]:
+    """``accuracy`` and ``accuracy_<rule>`` of the picks over the first ``k`` completions."""
+    def share(key: str) -> float | None:
+        return round(sum(p["at_n"][k][key] for p in graded) / len(graded), 4) if graded else None
+
+    return {"accuracy": share("correct"), **{f"accuracy_{rule}": share(f"correct_{rule}") for rule in PICKS}}
 
 
 def run_benchmark(models: tuple, settings, problems: Sequence, search_cfg, policies: Sequence[str], max_concurrent: int,

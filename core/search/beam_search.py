@@ -488,6 +488,18 @@ class BeamSearch:
             "majority_count": picks["majority"][1],
         }
 
+    def subset(self, k: int, entries: dict[int, dict] | None = None) -> dict[str, Any]:
+        """The picks over the first ``k`` completed paths (see :meth:`result`): ``pred``, ``pred_best``,
+        ``pred_weighted``, ``pred_majority`` and ``num_tokens`` (their paths' generated tokens).
+
+        ``entries``: the completions as :meth:`result` builds them, by node id (built when None).
+        """
+        nodes = self.completed[:k]
+        entries = entries if entries is not None else {n.node_id: self._completion(n) for n in nodes}
+        chosen, picks = self._picks(nodes, entries)
+        return {**{f: picks[f] for f in ("pred", "pred_best", "pred_weighted", "pred_majority")},
+                "num_tokens": sum(c["num_tokens"] for c in chosen)}
+
     def result(self) -> dict[str, Any]:
         """The answer record body: ``pred`` by the configured selection, the pick of every selection
         rule (``pred_best``, ``pred_weighted`` with ``vote_weight``, ``pred_majority`` with
@@ -503,11 +515,7 @@ class BeamSearch:
         """
         entries = {n.node_id: self._completion(n) for n in self.completed}
         completions, picks = self._picks(self.completed, entries)
-        at_n = {}
-        for k in subset_sizes(len(self.completed)):
-            chosen, sub = self._picks(self.completed[:k], entries)
-            at_n[str(k)] = {**{f: sub[f] for f in ("pred", "pred_best", "pred_weighted", "pred_majority")},
-                            "num_tokens": sum(c["num_tokens"] for c in chosen)}
+        at_n = {str(k): self.subset(k, entries) for k in subset_sizes(len(self.completed))}
         return {
             **picks,
             "strategy": self.config.strategy,
