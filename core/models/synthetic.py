@@ -116,6 +116,8 @@ def load_synthetic(spec_text: str, dtype: torch.dtype, device: str):
     values["vocab_size"] = values["vocab_size"] or len(tok)
     if spec.layers is not None:
         values["num_hidden_layers"] = spec.layers
+    if spec.init is not None:
+        values["initializer_range"] = spec.init
     ids = dict(bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     if spec.model.head == "prm":
         config = Qwen2Config(**values, **ids, architectures=["Qwen2ForProcessRewardModel"])

@@ -25,7 +25,8 @@ Shapes (``config.json`` of each model on the hub, a few numbers each):
 
 Options: ``step_tokens`` (mean step length, tokens, >= 2), ``steps`` (mean steps per path, >= 1),
 ``temperature`` (> 0), ``layers`` (override the layer count: a shallower model of the same width),
-``seed`` (weights). Standard library only: specs are checked before torch is imported.
+``seed`` (weights), ``init`` (the weights' init standard deviation, default the config's 0.02: a
+wider one, such as 0.1, gives peaked logits whose greedy tokens survive bf16 rounding). Standard library only: specs are checked before torch is imported.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ _OPTIONS = {
     "temperature": (float, 0.8, lambda v: v > 0, "a sampling temperature above 0"),
     "layers": (int, None, lambda v: v >= 1, "at least 1 layer"),
     "seed": (int, 0, lambda v: True, "an integer"),
+    "init": (float, None, lambda v: v > 0, "a weight init standard deviation above 0"),
 }
 
 
@@ -94,6 +96,7 @@ class SyntheticSpec:
     temperature: float = 0.8
     layers: int | None = None
     seed: int = 0
+    init: float | None = None
     text: str = field(default="", compare=False)
 
     @property
