@@ -31,6 +31,13 @@ PAPER_PAIRS = {
     "llama3.1-8b-rlhflow": ("meta-llama/Llama-3.1-8B-Instruct", "RLHFlow/Llama3.1-8B-PRM-Deepseek-Data", "rlhflow",
                             19, 19),
 }
+# FastTTS's pairs: name -> (generator, smallest card that holds weights + KV at N=8, shared tokenizer)
+FASTTTS_PAIRS = {
+    "qwen2.5-math-1.5b-skywork": ("Qwen/Qwen2.5-Math-1.5B-Instruct", 12),
+    "qwen2.5-math-7b-skywork": ("Qwen/Qwen2.5-Math-7B-Instruct", 24),
+    "llama3.2-1b-skywork": ("meta-llama/Llama-3.2-1B-Instruct", 8),
+}
+SKYWORK_1_5B = "Skywork/Skywork-o1-Open-PRM-Qwen-2.5-1.5B"
 
 
 @pytest.fixture
@@ -56,7 +63,7 @@ def settings_for(*args) -> tuple[dict, dict]:
 
 
 def test_shipped_presets_are_found():
-    assert set(available_presets()) == {"smollm2-cpu", *PAPER_PAIRS}
+    assert set(available_presets()) == {"smollm2-cpu", *PAPER_PAIRS, *FASTTTS_PAIRS}
     assert {p.name for p in PRESET_FILES.glob("*.toml")} == {f"{name}.toml" for name in available_presets()}
 
 
@@ -163,7 +170,7 @@ def test_unknown_preset_lists_available():
     assert str(err.value) == (f"unknown preset 'no-such-preset'; available: {', '.join(sorted(available_presets()))} "
                               "(or a .toml path)")
     res = CliRunner().invoke(cli, ["presets", "no-such-preset"])
-    assert res.exit_code == 2 and "llama3.1-8b-rlhflow, llama3.2-3b-rlhflow" in res.output
+    assert res.exit_code == 2 and "llama3.1-8b-rlhflow, llama3.2-1b-skywork, llama3.2-3b-rlhflow" in res.output
 
 
 GOOD = """description = "test"
@@ -282,3 +289,79 @@ def test_every_shipped_preset_can_be_shown(name):
         assert "sized to the work" in rows[0]
     threads = [line for line in res.output.splitlines() if " threads " in line]
     assert len(threads) == 1 and "the cores left free" in threads[0]  # no preset pins torch's thread count
+
+
+# ---------------------------------------------------------------------- FastTTS's pairs and their memory
+@pytest.mark.parametrize("name", sorted(FASTTTS_PAIRS))
+def test_fasttts_preset_fields(name):
+    generator, fits_gb = FASTTTS_PAIRS[name]
+    preset = read_preset(name)
+    models, search = preset.resolve()
+    assert (models.generator, models.prm, models.scorer) == (generator, SKYWORK_1_5B, "skywork-prm")
+    assert (models.device, models.dtype, models.max_model_len) == ("cuda", "bfloat16", 4096)
+    assert models.gen_kv_bytes is models.prm_kv_bytes is None  # pools sized to the card's free memory
+    assert (search.beam_width, search.temperature, search.top_p, search.max_steps) == (4, 0.8, 1.0, 10)
+    assert (search.step_delimiter, search.strategy, search.aggregation) == ("\n\n", "beam", "last")
+    assert search.beam_size % search.beam_width == 0
+    assert "$\\boxed{ANSWER}$" in search.system_prompt
+    assert preset.description == (f"{generator.split('/')[1]} + Skywork-o1-Open-PRM-Qwen-2.5-1.5B (CUDA, bf16, "
+                                  f"{fits_gb} GB and up)")
+
+
+def test_footprint_counts_weights_and_kv_from_config_numbers():
+    from core.models.footprint import KNOWN_CONFIGS, VALUE, DecoderShape, SCORER_HEADS
+
+    shape = {name: DecoderShape.from_config(KNOWN_CONFIGS[name]) for name in KNOWN_CONFIGS}
+    # the parameter counts the model cards give: 1.54B, 7.62B, 1.24B, 8.03B
+    assert shape["Qwen/Qwen2.5-Math-1.5B-Instruct"].parameters() == 1_543_714_304
+    assert shape["Qwen/Qwen2.5-Math-7B-Instruct"].parameters() == 7_615_616_512
+    assert shape["meta-llama/Llama-3.2-1B-Instruct"].parameters() == 1_235_814_400
+    assert shape["meta-llama/Llama-3.1-8B-Instruct"].parameters() == 8_030_261_248
+    # a PRM read through its value head has no LM head (tied here: the embeddings stay) but the head
+    skywork = shape[SKYWORK_1_5B]
+    assert skywork.parameters(VALUE) == skywork.parameters() + 1536 + 1
+    untied = shape["Qwen/Qwen2.5-Math-PRM-7B"]
+    assert untied.parameters(SCORER_HEADS["qwen-math-prm"]) == (untied.parameters() - 152064 * 3584
+                                                                + 3584 * 3584 + 3584 + 2 * 3584 + 2)
+    # K and V of one token: layers x KV heads x head size x 2 x 2 bytes
+    assert skywork.kv_bytes_per_token(2) == 28 * 2 * 128 * 2 * 2
+    assert shape["meta-llama/Llama-3.2-1B-Instruct"].kv_bytes_per_token(2) == 16 * 8 * 64 * 2 * 2
+
+
+def test_footprint_heads_are_the_scorers_heads():
+    from core.models.footprint import SCORER_HEADS
+
+    for name, cls in SCORERS.items():
+        head = SCORER_HEADS.get(name, "lm")
+        assert cls.head == {"mlp-classifier": "classifier"}.get(head, head), name
+
+
+@pytest.mark.parametrize("name", sorted(FASTTTS_PAIRS))
+def test_presets_command_says_which_card_each_pair_fits(name):
+    from core.models.footprint import GIB, KNOWN_CONFIGS, DecoderShape
+
+    generator, fits_gb = FASTTTS_PAIRS[name]
+    rows = {row["name"]: row for row in orjson.loads(CliRunner().invoke(cli, ["presets", "--json"]).output)}
+    mem = rows[name]["memory"]
+    gen, prm = (DecoderShape.from_config(KNOWN_CONFIGS[m]) for m in (generator, SKYWORK_1_5B))
+    weights = (gen.parameters() + prm.parameters("value")) * 2
+    kv = 8 * 4096 * (gen.kv_bytes_per_token(2) + prm.kv_bytes_per_token(2))  # N=8 paths of 4096 tokens each
+    assert mem["total_gib"] == pytest.approx((weights + kv) / GIB, abs=0.15)
+    assert mem["fits_gb"] == fits_gb and mem["kv_pools_gib"] is None
+    assert (weights + kv) <= 0.9 * fits_gb * GIB
+    shown = CliRunner().invoke(cli, ["presets", name], env={"COLUMNS": "200"}).output
+    assert f"{mem['total_gib']:g} GiB: weights" in shown and f"smallest card it fits: {fits_gb} GB" in shown
+
+
+def test_presets_memory_reads_a_model_folder_and_says_when_a_model_is_unknown(tmp_path):
+    from core.models.footprint import KNOWN_CONFIGS
+    from specscale_cli.presets_cmd import memory
+
+    (tmp_path / "config.json").write_text(orjson.dumps({**KNOWN_CONFIGS[SKYWORK_1_5B],
+                                                        "architectures": ["Qwen2ForPrmModel"]}).decode())
+    models, search = read_preset("qwen2.5-math-1.5b-skywork").resolve()
+    named = memory(models, search)
+    assert memory(dataclasses.replace(models, prm=str(tmp_path)), search) == named
+    unknown = memory(dataclasses.replace(models, generator="someone/unknown-model"), search)
+    assert unknown == {"error": "no config numbers for generator 'someone/unknown-model' (give a model folder, or "
+                                "a model of a shipped preset)"}

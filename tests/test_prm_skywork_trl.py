@@ -314,3 +314,63 @@ def test_loader_names_the_head_tensors_a_token_classification_checkpoint_lacks(t
     tok.save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match=r"its checkpoint lacks score\.bias \[2\], score\.weight \[2, 32\]"):
         load_model(str(tmp_path))
+
+
+# ---------------------------------------------------------------------- the preset's code path, on CPU
+def save_generator(folder, tok, arch: str, seed: int = 21):
+    """A tiny random generator of Qwen2.5-Math's shape (Qwen2, q/k/v biases, tied embeddings) or
+    Llama-3.2's (Llama, tied embeddings), over ``tok``, saved as a model folder."""
+    torch.manual_seed(seed)
+    config_cls, model_cls = (Qwen2Config, Qwen2ForCausalLM) if arch == "qwen2" else (LlamaConfig,
+                                                                                       transformers.LlamaForCausalLM)
+    cfg = config_cls(vocab_size=len(tok), tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+                     eos_token_id=tok.eos_token_id, **{**TINY, "initializer_range": 0.05})
+    _biased(model_cls(cfg)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def node_steps(trace: dict, node_id: int) -> list[str]:
+    """Step texts from depth 1 down to ``node_id``, from a trace."""
+    nodes = {n["id"]: n for n in trace["nodes"]}
+    steps = []
+    while nodes[node_id]["parent"] is not None:
+        steps.append(nodes[node_id]["text"])
+        node_id = nodes[node_id]["parent"]
+    return steps[::-1]
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_solve_with_the_skywork_preset_on_tiny_models_of_both_shapes(skywork_prm, tmp_path, arch):
+    """`solve --preset qwen2.5-math-1.5b-skywork` with the two model folders replaced by tiny ones,
+    on the CPU: every step score of the answers is Skywork's score of that step (the PRM's tokenizer
+    has one token more than the generator's, so steps are re-encoded from their text, as for a
+    Llama generator)."""
+    import orjson
+
+    from solve_helpers import GSM8K, records, run_solve
+
+    model, tok = skywork_prm
+    prm_tok = copy.deepcopy(tok)
+    prm_tok.add_tokens(["<unused_prm_token>"])
+    prm = tiny_skywork(len(prm_tok))
+    (tmp_path / "prm").mkdir()
+    save_like_skywork(prm, prm_tok, tmp_path / "prm")
+    gen = save_generator(tmp_path / "gen", tok, arch)
+    out = tmp_path / "out"
+    res = run_solve([str(GSM8K), "--preset", "qwen2.5-math-1.5b-skywork", "--generator", str(gen), "--prm",
+                     str(tmp_path / "prm"), "--device", "cpu", "--dtype", "float32", "--limit", "2", "-n", "4",
+                     "--max-steps", "2", "--max-step-tokens", "12", "--kv-cache-gb", "0.05", "--prm-kv-cache-gb",
+                     "0.05", "--max-model-len", "1024", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    recs = records(out)
+    assert len(recs) == 2
+    problems = {orjson.loads(line)["id"]: orjson.loads(line)["problem"] for line in GSM8K.read_bytes().splitlines()[:2]}
+    for rec in recs:
+        assert len(rec["completions"]) == 4 and list(rec["at_n"]) == ["1", "2", "4"]
+        trace = orjson.loads((out / "traces" / f"{rec['id']}.json").read_bytes())
+        for c in rec["completions"]:
+            expected = skywork_reference(prm, prm_tok, problems[rec["id"]], node_steps(trace, c["node"]))
+            assert c["step_scores"] == pytest.approx(expected, abs=1e-5)
+    run = orjson.loads((out / "run.json").read_bytes())
+    assert run["models"]["scorer"] == "skywork-prm"
