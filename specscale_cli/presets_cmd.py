@@ -108,7 +108,8 @@ def _print_list(rows: list[dict]) -> None:
                           f"{row['beam_size']}/{row['beam_width']}", _memory_text(row["memory"], row["beam_size"], True),
                           row["description"])
     table.caption = ("GPU memory: weights of both models + KV for one problem's N full-length paths (fixed pools "
-                     "where a preset sets them), and the smallest card it fits in 90% of")
+                     "where a preset sets them), and the smallest card that holds it with 10% (at least 1.5 GiB) "
+                     "to spare")
     console.print(table)
     for row in rows:
         if "error" in row:

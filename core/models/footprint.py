@@ -28,9 +28,11 @@ GIB = 1 << 30
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 #: common GPU memory sizes (GB as sold, taken as GiB), smallest first
 CARD_SIZES_GB = (8, 12, 16, 24, 40, 48, 80, 96, 141)
-#: a pair fits a card when weights and KV take at most this share of it; the rest is for the CUDA
-#: context, activations, logits rows and attention workspaces (the shipped 80 GB presets leave ~10 GiB)
-CARD_SHARE = 0.9
+#: a pair fits a card when weights and KV leave this share of it, and at least CARD_RESERVE_GIB, for
+#: the CUDA context, activations, logits rows and attention workspaces (the shipped 80 GB presets
+#: leave ~10 GiB; on a small card the context and a prefill chunk's activations take over a GiB)
+CARD_RESERVE_SHARE = 0.1
+CARD_RESERVE_GIB = 1.5
 
 _QWEN25_MATH_15B = dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
@@ -181,8 +183,10 @@ class PairFootprint:
         return self.weights + self.kv
 
     def fits(self) -> int | None:
-        """The smallest card of :data:`CARD_SIZES_GB` whose :data:`CARD_SHARE` holds :attr:`total` (None: none)."""
-        return next((gb for gb in CARD_SIZES_GB if self.total <= CARD_SHARE * gb * GIB), None)
+        """The smallest card of :data:`CARD_SIZES_GB` that holds :attr:`total` and keeps its reserve
+        (:data:`CARD_RESERVE_SHARE`, at least :data:`CARD_RESERVE_GIB`); None when none does."""
+        return next((gb for gb in CARD_SIZES_GB
+                     if self.total <= gb * GIB - max(CARD_RESERVE_SHARE * gb, CARD_RESERVE_GIB) * GIB), None)
 
 
 def pair_footprint(generator: str, prm: str, prm_head: str, beam_size: int, max_model_len: int | None,
