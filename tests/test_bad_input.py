@@ -127,7 +127,7 @@ def test_unknown_model_path(tmp_path):
     missing = tmp_path / "no-model"
     message = _usage_error([str(GSM8K), "--generator", str(missing), "--prm", str(missing)], tmp_path)
     assert message == f"Error: --generator {missing}: no such model: give a model folder, a .gguf file, a hub name " \
-                      f"(org/name) or one of the embedded models: smollm2-135m-instruct"
+                      f"(org/name), synthetic:NAME or one of the embedded models: smollm2-135m-instruct"
 
 
 def test_output_under_a_file_is_not_writable(tmp_path):
