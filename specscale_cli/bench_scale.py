@@ -1,4 +1,5 @@
-"""`specscale bench scale`: problems/s and output tokens/s for 1, 2, ... workers on the same problems."""
+"""`specscale bench scale`: problems/s and output tokens/s for 1, 2, ... workers on the same problems
+(core.bench.scale_bench), as a table and results.json."""
 
 from __future__ import annotations
 
@@ -54,16 +55,15 @@ def bench_scale(worker_counts, problems_file, limit, max_concurrent, repeats, ra
     --device cuda, else the cores split between them). Model loading is timed apart and not
     counted. Each row gives its ratio to the 1-worker run and whether its records are the same.
     """
-    from .bench_report import report_console
-
     from core.distributed import RAY_INSTALL_HINT, ReplicaFailed, ReplicasLost, ray_missing
     from core.io.durable import write_atomically
 
-    from .bench import _parse_counts, output_and_problems
+    from .bench_args import output_and_problems, parse_counts
+    from .bench_report import report_console
     from .options import build_settings
 
     settings, search_cfg, policy = build_settings(opts)
-    counts = _parse_counts(worker_counts, "--workers")
+    counts = parse_counts(worker_counts, "--workers")
     if not counts:
         raise click.BadParameter("give at least one worker count", param_hint="--workers")
     if max(counts) > 1 and ray_missing():
@@ -76,7 +76,7 @@ def bench_scale(worker_counts, problems_file, limit, max_concurrent, repeats, ra
         console.log(f"{row['workers']} worker(s): {row['wall_s']:.1f} s, {row['problems_per_s']:.3f} problems/s, "
                     f"{row['tokens_per_s']:.1f} out tok/s (loading {row['load_s'] or 0:.1f} s)")
 
-    from core.distributed.bench import run_scale_benchmark
+    from core.bench.scale_bench import run_scale_benchmark
     from core.models.loader import ModelLoadError
 
     try:

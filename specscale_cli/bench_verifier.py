@@ -1,4 +1,5 @@
-"""`specscale bench verifier`: how well each scorer separates correct steps from one-number slips."""
+"""`specscale bench verifier`: how well each scorer separates correct steps from one-number slips
+(core.bench.verifier_bench), as a table."""
 
 from __future__ import annotations
 
@@ -40,21 +41,20 @@ def bench_verifier(problems_file, limit, scorers, seed, as_json, **opts):
     Each solution line with a number is a correct step; its wrong twin changes one number. Both are
     scored after the same correct prefix through the PRM's verifier, as the search scores steps.
     """
-    import dataclasses
+    from core.bench.verifier_bench import best_scorer, compare_scorers
+    from core.models.loader import ModelLoadError, load_model
+    from core.verify.quality import build_pairs
+    from core.settings import SCORER_NAMES
+    from core.verify.reference import read_solved_problems
 
     from .bench_report import report_console
 
-    from core.models.loader import ModelLoadError, load_model
-    from core.solver import SCORERS, build_verifier
-    from core.verify.quality import build_pairs, evaluate_scorer
-    from core.verify.reference import read_solved_problems
-
     settings, search_cfg, _ = build_settings(opts)
     names = [s.strip() for s in scorers.split(",") if s.strip()]
-    unknown = [s for s in names if s not in SCORERS]
+    unknown = [s for s in names if s not in SCORER_NAMES]
     if not names or unknown:
         raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown) or '(none given)'}; choose from "
-                                 f"{', '.join(SCORERS)}", param_hint="--scorers")
+                                 f"{', '.join(SCORER_NAMES)}", param_hint="--scorers")
     path = Path(problems_file) if problems_file else SAMPLE_GSM8K
     try:
         problems = read_solved_problems([path], limit)
@@ -67,18 +67,17 @@ def bench_verifier(problems_file, limit, scorers, seed, as_json, **opts):
     console = report_console(stderr=as_json)
     console.print(f"{len(pairs)} pairs from {len(problems)} problems of {path}; loading {settings.prm}...")
     settle_threads(settings.threads, settings.device)
+
+    def on_scorer(name, r):
+        console.print(f"  {name}: AUROC {r['auroc']:.3f}, pairwise {r['pairwise_accuracy']:.3f} ({r['seconds']:.1f} s)")
+
     try:
         prm = load_model(settings.prm, settings.dtype, settings.device)
-        results = {}
-        for name in names:
-            verifier = build_verifier(dataclasses.replace(settings, scorer=name), prm)
-            results[name] = evaluate_scorer(verifier, pairs, search_cfg.system_prompt, search_cfg.step_delimiter)
-            console.print(f"  {name}: AUROC {results[name]['auroc']:.3f}, pairwise "
-                          f"{results[name]['pairwise_accuracy']:.3f} ({results[name]['seconds']:.1f} s)")
+        results = compare_scorers(settings, prm, names, pairs, search_cfg, on_scorer)
     except (ModelLoadError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
     console.print(_table(results))
-    best = max(results, key=lambda n: (results[n]["auroc"], results[n]["pairwise_accuracy"]))
+    best = best_scorer(results)
     result = {"problems_file": str(path), "problems": len(problems), "pairs": len(pairs), "seed": seed,
               "prm": settings.prm, "step_delimiter": search_cfg.step_delimiter, "scorers": results,
               "best_scorer": best}

@@ -128,7 +128,7 @@ def _each_id_once(out, problems) -> None:
 
 def test_replica_exchange_hands_back_every_record_once_and_counts_its_room(tiny_dir):
     """The replica class in this process (no actor): the pull protocol and its room accounting."""
-    from core.distributed.bench import run_in_process
+    from core.bench.scale_bench import run_in_process
     from core.distributed.replica import Replica
     from core.io.problems import Problem, read_problems
     from core.search.config import SearchConfig
@@ -170,7 +170,7 @@ def test_replica_exchange_hands_back_every_record_once_and_counts_its_room(tiny_
 
 
 def test_record_differences_name_each_field_that_differs():
-    from core.distributed.bench import record_differences
+    from core.bench.scale_bench import record_differences
 
     rec = {"id": "a", "pred": "4", "time_s": 1.0, "completions": [{"text": "x", "path_score": 0.5, "step_scores": [0.5]}]}
     other = {**rec, "time_s": 9.0, "completions": [{"text": "x", "path_score": 0.500001, "step_scores": [0.5]}]}

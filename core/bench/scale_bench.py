@@ -63,11 +63,10 @@ def run_in_process(models: tuple, settings, search_cfg, policy: str, problems: S
         ``wall_s`` (seconds from the first admission to the last record), ``generated_tokens`` and
         ``records`` (graded answer and error records, as `solve` writes them).
     """
+    from core.distributed.replica import start_grading
     from core.search.driver import SearchDriver
     from core.search.records import answer_record, error_record
     from core.solver import build_runtime
-
-    from .replica import start_grading
 
     rt = build_runtime(settings, generator=models[0], prm=models[1])
     start_grading()  # as a replica does before its clock starts
@@ -93,7 +92,7 @@ def run_replicas(session, settings, search_cfg, policy: str, problems: Sequence[
         ValueError: a model cannot be loaded, or too few GPUs (see :meth:`ReplicaPool.start`).
         ReplicasLost, ReplicaFailed: see :meth:`ReplicaPool.run`.
     """
-    from .pool import ReplicaPool
+    from core.distributed.pool import ReplicaPool
 
     pool = ReplicaPool(session, settings, search_cfg, policy, workers, max_concurrent, traces=False)
     records: list[dict] = []
@@ -138,7 +137,7 @@ def run_scale_benchmark(settings, search_cfg, policy: str, problems: Sequence[Pr
     Raises:
         ValueError: a model cannot be loaded, too few GPUs for a count, or a worker count < 1.
     """
-    from .pool import RaySession, local_cpus
+    from core.distributed.pool import RaySession, local_cpus
 
     if any(k < 1 for k in worker_counts):
         raise ValueError("worker counts must be >= 1")
