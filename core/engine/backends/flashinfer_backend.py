@@ -35,7 +35,7 @@ import torch
 
 from ..flashinfer_meta import PagedKV, decode_kv, pad_decode_kv, prefill_kv, split_decode
 from ..kv_cache import KVCache
-from . import AttentionBackend, AttentionPlan
+from .plan import AttentionBackend, AttentionPlan
 
 # FlashInfer recommends a 128 MB float workspace (split-k partial results); all wrappers of a
 # backend share it, since their runs follow one another on one stream.

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ..decode_groups import DecodePlan, build_decode_groups
 from ..kv_cache import KVCache
-from . import AttentionBackend, AttentionPlan
+from .plan import AttentionBackend, AttentionPlan
 
 
 @dataclass
