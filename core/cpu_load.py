@@ -213,6 +213,13 @@ class ThreadGovernor:
         return (f"torch threads {before} -> {n}: other processes keep {others:.1f} of {self.cores} cores busy")
 
 
+def torch_threads() -> int:
+    """torch's CPU thread count in the calling thread now (imports torch)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 _program_watch: OtherWork | None = None
 
 

@@ -83,9 +83,7 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
     """
     import dataclasses
 
-    import torch
-    from .bench_report import report_console
-
+    from core.cpu_load import torch_threads
     from core.io.durable import write_atomically
     from core.models.loader import ModelLoadError, load_model
     from core.presets import PresetError
@@ -93,6 +91,8 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
     from core.solver import build_verifier
     from core.verify.profile import batch_sizes, profile_throughput, recommend_threshold, verification_requests
     from core.verify.reference import read_solved_problems
+
+    from .bench_report import report_console
 
     preset = opts.get("preset")
     settings, search_cfg, _ = build_settings(opts)
@@ -129,13 +129,14 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
     best = max(p.tokens_per_s for p in points)
     recommended = recommend_threshold(points, NEAR_BEST)
     console.print(_table(points, best, recommended))
-    title = f"{settings.prm} / {settings.scorer} on {settings.device}, {torch.get_num_threads()} threads"
+    threads = torch_threads()
+    title = f"{settings.prm} / {settings.scorer} on {settings.device}, {threads} threads"
     plot_path, json_path = out / "throughput.png", out / "profile.json"
     _plot(points, recommended, best, plot_path, title)
     result = {
         "prm": settings.prm, "scorer": settings.scorer, "device": settings.device,
         "dtype": str(next(prm.model.parameters()).dtype).removeprefix("torch."),
-        "threads": torch.get_num_threads(), "prefix_caching": False,
+        "threads": threads, "prefix_caching": False,
         "max_num_batched_tokens": settings.max_num_batched_tokens, "repeats": repeats, "warmup": 1,
         "problems": len(problems), "requests_available": len(requests),
         "points": [dict(p.to_dict(), pct_of_best=round(100 * p.tokens_per_s / best, 1)) for p in points],

@@ -18,6 +18,7 @@ import time
 from contextlib import ExitStack
 from typing import Callable, Sequence
 
+from core.cpu_load import torch_threads
 from core.io.problems import Problem
 
 
@@ -156,7 +157,7 @@ def run_scale_benchmark(settings, search_cfg, policy: str, problems: Sequence[Pr
                         models = load_models(settings)
                         loads[1] = time.perf_counter() - t0
                     run = run_in_process(models, settings, search_cfg, policy, problems, max_concurrent)
-                    run["threads"] = _torch_threads()
+                    run["threads"] = torch_threads()
                 else:
                     if session is None:
                         session = stack.enter_context(RaySession(ray_address, settings.device))
@@ -188,12 +189,6 @@ def run_scale_benchmark(settings, search_cfg, policy: str, problems: Sequence[Pr
     for row in rows:
         del row["_records"]
     return {"cpus": local_cpus(), "runs": rows}
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def _row(workers: int, run: dict, load_s: float | None, num_problems: int) -> dict:
