@@ -2,20 +2,30 @@
 
 Both sides go through the same normalisation before anything compares them (:func:`grade`):
 
-1. presentation is dropped: surrounding ``$...$``/``\\(...\\)``, a whole ``\\boxed{}``, trailing
-   punctuation, ``\\text{}`` wrappers, ``\\%`` and ``%`` (math-verify reads ``\\%`` as /100 on the
-   side that has it, so ``62.5\\%`` never matched ``62.5``), degree signs, currency ``\\$``;
-   ``1e3``-style numbers become decimals (math-verify reads ``e`` as Euler's number);
+1. presentation is dropped: Unicode forms (:func:`core.grading.extract.normalise_unicode`; ``−``,
+   ``≤``, ``±``, ``π``, ``√2`` become LaTeX), surrounding ``$...$``/``\\(...\\)``, a whole
+   ``\\boxed{}``, trailing punctuation, ``\\text{}`` wrappers, ``\\left``/``\\right``, ``\\%`` and
+   ``%`` (math-verify reads ``\\%`` as /100 on the side that has it, so ``62.5\\%`` never matched
+   ``62.5``), degree signs (``90^\\circ`` is ``90``), currency ``\\$``; ``1e3``-style numbers become
+   decimals (math-verify reads ``e`` as Euler's number);
 2. units: a number followed by a unit (``5 dollars``, ``864 inches^2``) loses the unit when the
-   gold has none or the same one; a single letter is never taken for a unit when the problem uses
+   gold has none or the same one (``m`` = ``meters``); a different unit is a different answer
+   (``5 m`` is not ``5\\text{ cm}``); a single letter is never taken for a unit when the problem uses
    it as a variable (gold ``6m`` must not accept ``6``), nor without the problem at hand;
-3. a leading name (``m_{\\max}=``, ``x \\in``) is dropped from both sides;
-4. lists: top-level commas split both sides; the gold's items must be matched one to one
-   (``-2, -2`` does not accept ``-2``);
-5. equal normalised strings are equal; otherwise math-verify decides, in a child process with a hard
-   time limit (:mod:`core.grading.mv_worker`), and only when it reads the gold *whole*: a gold it
-   cannot parse (prose, ``t(0,4]``) is compared as a normalised string, never as a partial parse;
-6. letters differing only in case never match (math-verify lowercases symbols: ``N`` vs ``n``).
+3. a leading name (``m_{\\max}=``, ``x \\in``, ``N=``) is dropped from both sides; where both sides
+   name an item the names must agree (``a=3, b=2`` is not ``a=2, b=3``); a function's gold
+   (``f(x)=2x+3``) math-verify compares by its right-hand side;
+4. lists: top-level commas and "and" split both sides (a run like ``27,54,108,135`` is a list, not
+   thousands separators), ``a \\pm b`` is the two items ``a+b, a-b``, a set ``\\{1, 2\\}`` is its
+   items; the gold's items must be matched one to one, in any order (``-2, -2`` does not accept
+   ``-2``), in order when the gold names them and the answer does not (so a set of two is never
+   the tuple or interval ``(1, 2)``, one item);
+5. a time or ratio (``7:30``, ``3:2``) equals only one with the same numbers in the same order;
+6. equal normalised strings are equal; otherwise math-verify decides, in a child process with a hard
+   time limit (:mod:`core.grading.mv_worker`, which also holds the exactness, interval and power
+   rules), and only when it reads the gold *whole*: a gold it cannot parse (prose, ``t(0,4]``) is
+   compared as a normalised string, never as a partial parse;
+7. letters differing only in case never match (math-verify lowercases symbols: ``N`` vs ``n``).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import threading
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from .extract import _THOUSANDS_RUN, normalise_unicode
 from .mv_worker import MathVerifyProcess
 
 __all__ = ["answers_equivalent", "canonical_answer", "grade", "Grade", "grading_stats", "problem_variables",
@@ -53,10 +64,13 @@ _LATEX_THOUSANDS = re.compile(r"(\d)\s*(?:\{,\}|,\\!)\s*(?=\d)")
 _PERCENT = re.compile(r"\\?%")
 # Spacing macros (\! \, \; \: "\ ") and ~; a LaTeX line break \\ is matched first, so that its
 # second backslash and a following space are not taken for "\ ".
-_SPACING = re.compile(r"\\\\|\\[!,;: ]|~")
+_SPACING = re.compile(r"\\\\|\\[!,;: ]|\\q?quad(?![A-Za-z])|~")
 _TRAILING = " \t\n.,;:!"
+# A leading name: a letter or command, a subscript, primes; then = or \in. (A function's name, f(x)=, is
+# math-verify's: it compares such a gold by its right-hand side.)
 _LHS_NAME = re.compile(
-    r"^\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*\s*(?:=|\\in(?![A-Za-z]))\s*(?P<rhs>[^=]+)$")
+    r"^\s*(?P<name>(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*)"
+    r"\s*(?:=|\\in(?![A-Za-z]))\s*(?P<rhs>[^=]+)$")
 _QUANTITY = (r"-?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:\s*\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?)?"
              r"|-?\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?")
 _UNIT_WORD = r"[A-Za-z]+(?:\s*\^\s*\{?\d+\}?)?"
@@ -64,12 +78,32 @@ _WITH_UNIT = re.compile(rf"^(?P<q>{_QUANTITY})\s*(?P<u>(?<![A-Za-z\\]){_UNIT_WOR
 # Units of one or two letters; longer words (dollars, inches, apples) count as units anyway.
 _SHORT_UNITS = frozenset("""m cm mm km nm g kg mg s ms h hr hrs min ft in yd mi mph kph lb lbs oz l L ml mL
     K V W J N Hz kW kJ cc pt qt gal ha ac""".split())
+# Names of the same unit, keyed by their symbol (the plural and case do not matter: see _unit_key).
+_UNIT_SYNONYMS = {name: symbol for symbol, names in {
+    "m": "meter metre", "cm": "centimeter centimetre", "mm": "millimeter millimetre", "km": "kilometer kilometre",
+    "g": "gram gramme", "kg": "kilogram kilo", "mg": "milligram", "s": "second sec secs",
+    "h": "hour hr hrs", "min": "minute mins", "ft": "foot feet", "in": "inch", "yd": "yard", "mi": "mile",
+    "l": "liter litre", "ml": "milliliter millilitre", "lb": "pound lbs", "oz": "ounce", "deg": "degree",
+    "cent": "cents", "dollar": "dollars",
+}.items() for name in [symbol, *names.split()]}
 # Letters that name constants, never units: the imaginary unit and Euler's number.
 _CONSTANTS = frozenset("ie")
 _IDENT = re.compile(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])")
 # Words that are math when written without a backslash; any other run of three or more letters is prose.
 _MATH_WORDS = frozenset("sin cos tan cot sec csc log ln exp sqrt max min gcd lcm mod arcsin arccos arctan pi inf".split())
 _COMMAND = re.compile(r"\\[A-Za-z]+")
+# Unicode math symbols as LaTeX (after normalise_unicode); √ takes one operand: √2, √x, √(x+1)
+_UNICODE_LATEX = {"−": "-", "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "±": "\\pm ", "∓": "\\mp ",
+                  "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "∞": "\\infty ", "π": "\\pi ", "∈": "\\in ",
+                  "∪": "\\cup ", "∩": "\\cap "}
+_UNICODE_SQRT = re.compile(r"√\s*(?:\((?P<p>[^()]*)\)|\{(?P<b>[^{}]*)\}|(?P<t>\d+(?:\.\d+)?|[A-Za-z]|\\[A-Za-z]+))")
+# A top-level "and" between list items ("2 and 5", "1, 3, and 5", "1 \text{ and } 5" once unwrapped)
+_AND = re.compile(r"\s*,?\s+and\s+")
+# A time or ratio: numbers joined by colons, a time perhaps with a.m. / p.m.
+_COLON_FORM = re.compile(r"^(?P<numbers>\d+(?:\.\d+)?(?:\s*:\s*\d+(?:\.\d+)?)+)(?:\s*(?P<half>[ap])\.?\s*m\.?)?$",
+                         re.IGNORECASE)
+# More than this many \pm in one item are left as they are (each doubles the items).
+_MAX_PM = 4
 
 
 def canonical_answer(ans: str) -> str:
@@ -156,9 +190,33 @@ def _scientific_to_decimal(m: re.Match) -> str:
         return m.group(0)
 
 
+def _unicode_to_latex(s: str) -> str:
+    """``≤`` -> ``\\le``, ``−`` -> ``-``, ``√2`` -> ``\\sqrt{2}`` ... (after :func:`normalise_unicode`)."""
+    s = normalise_unicode(s)
+    if s.isascii():
+        return s
+    s = _UNICODE_SQRT.sub(lambda m: "\\sqrt{" + (m.group("p") or m.group("b") or m.group("t")) + "}", s)
+    for char, latex in _UNICODE_LATEX.items():
+        s = s.replace(char, latex)
+    return s
+
+
+def _join_and(s: str) -> str:
+    """A top-level "and" between items is a comma: ``2 and 5`` -> ``2, 5`` (inside brackets it stays)."""
+    out, last = [], 0
+    for m in _AND.finditer(s):
+        head = s[:m.start()]
+        depth = sum(head.count(c) for c in "([{") - sum(head.count(c) for c in ")]}")
+        if depth == 0 and m.start() > 0:
+            out += [s[last:m.start()], ", "]
+            last = m.end()
+    return "".join(out) + s[last:]
+
+
 def _prepare(ans: str) -> str:
     """The presentation-free form of one side (step 1 of the module docstring)."""
-    s = _strip_wrappers(str(ans)).replace("−", "-")  # the Unicode minus models sometimes write
+    s = _strip_wrappers(_unicode_to_latex(str(ans)))
+    s = _LEFT_RIGHT.sub("", s)
     s = _unwrap_text(s)
     s = s.replace("\\$", "")
     s = _UNESCAPED_DOLLAR.sub("", s)
@@ -169,6 +227,7 @@ def _prepare(ans: str) -> str:
     s = _drop_spacing(s)
     s = _SCIENTIFIC.sub(_scientific_to_decimal, s)
     s = re.sub(r"\s+", " ", s)
+    s = _join_and(s)
     return s.strip().rstrip(_TRAILING).strip()
 
 
@@ -202,10 +261,23 @@ def _split_unit(s: str) -> tuple[str, str | None]:
     return m.group("q").strip(), m.group("u").strip()
 
 
+def _unit_word(word: str) -> str:
+    """One unit word by its symbol (meters -> m, Feet -> ft), else lowercased without a plural ending."""
+    w = word.lower()
+    for candidate in (w, w[:-1] if w.endswith("s") else None, w[:-2] if w.endswith("es") else None):
+        if candidate in _UNIT_SYNONYMS:
+            return _UNIT_SYNONYMS[candidate]
+    if len(w) > 3 and w.endswith("s"):
+        return w[:-2] if re.search(r"(?:ch|sh|x|s|z)es$", w) else w[:-1]
+    return w
+
+
 def _unit_key(unit: str) -> str:
-    """Units compared without spaces, braces, case or plural endings (``cm^{2}`` = ``CM^2``, inch = inches)."""
-    words = re.split(r"(\^\d+|/|\\cdot)", re.sub(r"[\s{}]", "", unit).lower())
-    return "".join(re.sub(r"(?:es|s)$", "", w) if w.isalpha() and len(w) > 3 else w for w in words)
+    """Units compared without spaces, braces, case, plural endings or spelling (``cm^{2}`` = ``CM^2``,
+    inch = inches, m = meters = metre)."""
+    u = re.sub(r"\s*\^\s*", "^", re.sub(r"[{}]", "", unit))
+    u = re.sub(r"[A-Za-z]+", lambda m: _unit_word(m.group(0)), u.replace("\\cdot", "*"))
+    return re.sub(r"\s+", "", u)
 
 
 def _droppable(unit: str, variables: frozenset[str] | None) -> bool:
@@ -225,6 +297,9 @@ def _drop_units(pred: str, gold: str, variables: frozenset[str] | None) -> tuple
     """Step 2 of the module docstring on one (pred, gold) pair of items."""
     pq, pu = _split_unit(pred)
     gq, gu = _split_unit(gold)
+    if gu is not None and pu is not None and _unit_key(pu) == _unit_key(gu) and \
+            not (variables and re.fullmatch(r"[A-Za-z]", gu) and gu in variables):
+        return pq, gq  # the same unit on both sides, however spelt (5 m, 5 meters)
     if gu is not None:
         if not _droppable(gu, variables):
             return pred, gold
@@ -237,14 +312,31 @@ def _drop_units(pred: str, gold: str, variables: frozenset[str] | None) -> tuple
     return pred, gold
 
 
+def _split_name(s: str) -> tuple[str | None, str]:
+    """``("m_{\\max}", "n^2-n-1")`` for ``m_{\\max}=n^2-n-1``, ``("x", "[-2,7]")`` for ``x \\in [-2,7]``;
+    ``(None, s)`` when ``s`` has no leading name."""
+    m = _LHS_NAME.match(s)
+    return (re.sub(r"\s+", "", m.group("name")), m.group("rhs").strip()) if m else (None, s)
+
+
 def _strip_name(s: str) -> str:
     """``n^2-n-1`` for ``m_{\\max}=n^2-n-1``; ``[-2,7]`` for ``x \\in [-2,7]``; anything else unchanged."""
-    m = _LHS_NAME.match(s)
-    return m.group("rhs").strip() if m else s
+    return _split_name(s)[1]
+
+
+def _names_conflict(pred_name: str | None, gold_name: str | None) -> bool:
+    """Both sides name their item, with different names: ``a=3`` against ``b=3``, ``x_1`` against
+    ``x_2``; a name and the same letter with a subscript (``m`` and ``m_{\\max}``) do not conflict."""
+    if not (pred_name and gold_name) or pred_name == gold_name:
+        return False
+    bases = pred_name.split("_", 1)[0], gold_name.split("_", 1)[0]
+    return bases[0] != bases[1] or ("_" in pred_name and "_" in gold_name)
 
 
 def _split_items(s: str) -> list[str]:
-    """Top-level comma-separated items (brackets, braces and ``\\{ \\}`` nest; ``1,000`` is one number)."""
+    """Top-level comma-separated items (brackets, braces and ``\\{ \\}`` nest; ``1,000`` is one number,
+    ``27,54,108,135`` four)."""
+    protected = {i for m in _THOUSANDS_RUN.finditer(s) for i in range(m.start(), m.end())}
     items, depth, start, i, n = [], 0, 0, 0, len(s)
     while i < n:
         ch = s[i]
@@ -259,13 +351,69 @@ def _split_items(s: str) -> list[str]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 0 and not (re.search(r"(?:^|[^\d.])\d{1,3}$", s[start:i]) and
-                                                re.match(r"\d{3}(?!\d)", s[i + 1:])):
+        elif ch == "," and depth == 0 and i not in protected:
             items.append(s[start:i].strip())
             start = i + 1
         i += 1
     items.append(s[start:].strip())
     return [x for x in items if x] or [s]
+
+
+def _set_items(item: str) -> list[str] | None:
+    """The items of a set written ``\\{a, b\\}`` (the whole item), or None when ``item`` is no such set."""
+    if not (item.startswith("\\{") and item.endswith("\\}")):
+        return None
+    depth, i = 0, 0
+    while i < len(item):  # the opening \{ must close at the very end
+        if item.startswith("\\{", i):
+            depth += 1
+        elif item.startswith("\\}", i):
+            depth -= 1
+            if depth == 0 and i != len(item) - 2:
+                return None
+        i += 2 if item[i] == "\\" else 1
+    inner = item[2:-2].strip()
+    return _split_items(inner) if inner else None
+
+
+def _expand_pm(items: list[str]) -> list[str]:
+    """``a \\pm b`` is two items, ``a+b`` and ``a-b`` (``\\mp`` the other way round), each sign in turn."""
+    out = []
+    for item in items:
+        m = re.search(r"\\(?:pm|mp)(?![A-Za-z])", item)
+        if not m or len(re.findall(r"\\(?:pm|mp)(?![A-Za-z])", item)) > _MAX_PM:
+            out.append(item)
+            continue
+        signs = ("+", "-") if m.group(0) == "\\pm" else ("-", "+")
+        for sign in signs:
+            expanded = item[:m.start()] + sign + item[m.end():]
+            expanded = re.sub(r"(^|=|\()\s*\+\s*", r"\1", expanded).strip()  # a leading + goes
+            out.extend(_expand_pm([expanded]))
+    return out
+
+
+def _colon_parts(item: str) -> tuple[list[Decimal], str | None] | None:
+    """``([7, 30], "p")`` for a time or ratio ``7:30 p.m.`` (``None`` for no a.m./p.m.); None for anything else."""
+    m = _COLON_FORM.match(item)
+    if not m:
+        return None
+    half = m.group("half")
+    return [Decimal(x) for x in re.split(r"\s*:\s*", m.group("numbers"))], half.lower() if half else None
+
+
+def _same_colon_form(pred: tuple | None, gold: tuple | None) -> bool:
+    """Same numbers in the same order, and the same half of the day where both say which."""
+    if pred is None or gold is None:
+        return False
+    return pred[0] == gold[0] and (pred[1] is None or gold[1] is None or pred[1] == gold[1])
+
+
+def _items(s: str) -> list[str]:
+    """A prepared side as its list items: commas, a whole set's items, ``\\pm`` expanded."""
+    items = _split_items(s)
+    if len(items) == 1 and _set_items(items[0]):
+        items = _set_items(items[0])
+    return _expand_pm(items)
 
 
 def _is_prose(s: str) -> bool:
@@ -410,11 +558,16 @@ class Grade:
 def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     """``(equivalent, timed_out)`` for one prepared item on each side."""
     pred, gold = _drop_units(pred, gold, variables)
-    pred, gold = _strip_name(pred), _strip_name(gold)
-    if not pred or not gold or _case_conflict(pred, gold):
+    (pred_name, pred), (gold_name, gold) = _split_name(pred), _split_name(gold)
+    if not pred or not gold or _case_conflict(pred, gold) or _names_conflict(pred_name, gold_name):
         return False, False
+    if gold_name and not pred_name and "=" in pred:
+        return False, False  # k^2=5 is no answer to a gold k=5 (math-verify would take its right side)
     if canonical_answer(pred) == canonical_answer(gold):
         return True, False
+    colons = _colon_parts(pred), _colon_parts(gold)
+    if colons != (None, None):  # 7:30 is neither 7 nor 7/30
+        return _same_colon_form(*colons), False
     if _is_prose(gold) or _is_prose(pred):  # words compare as words: East = east
         return canonical_answer(pred).lower() == canonical_answer(gold).lower(), False
     gold_ok, _, timed_out = _read(gold)
@@ -468,14 +621,18 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
         if pred is None or not str(pred).strip() or not gold_s:
             return Grade(False, reading, timed_out)
         pred_s = _prepare(pred)
-        g_items, p_items = _split_items(gold_s), _split_items(pred_s)
+        if canonical_answer(pred_s) == canonical_answer(gold_s):
+            return Grade(True, reading, timed_out)
+        g_items, p_items = _items(gold_s), _items(pred_s)
         if len(g_items) != len(p_items):
-            # a whole-string match still counts ("1,2" written without its list reading)
-            same = canonical_answer(pred_s) == canonical_answer(gold_s)
-            return Grade(same, reading, timed_out)
+            return Grade(False, reading, timed_out)
+        # items the gold names (a=2, b=3) are taken in order by an answer that names none (2, 3)
+        gold_names = [_split_name(g)[0] for g in g_items]
+        in_order = (len(g_items) > 1 and all(gold_names) and len(set(gold_names)) == len(gold_names)
+                    and not any(_split_name(p)[0] for p in p_items))
         unused = list(range(len(p_items)))
-        for g in g_items:
-            for k in unused:
+        for index, g in enumerate(g_items):
+            for k in ([index] if in_order else unused):
                 equal, late = _compare_item(p_items[k], g, variables)
                 timed_out = timed_out or late
                 if equal:

@@ -2,35 +2,95 @@
 
 Nothing here judges correctness; see :mod:`core.grading.equivalence` for that. An answer is taken
 whole: a list stays a list (``69, 84``), an expression stays an expression (``2^{1009}``,
-``3x+2``), a tuple or interval keeps its brackets. Only a quantity written in prose loses its unit
-(``25 cm^2`` -> ``25``); inside ``$...$`` the grader decides about units, with the problem at hand.
+``3x+2``), a tuple or interval keeps its brackets, a time or ratio keeps its colon (``7:30``). Only
+a quantity written in prose loses its unit (``25 cm^2`` -> ``25``); a number in ``$...$`` keeps the
+unit written after it (``$5$ m`` -> ``5 m``), and the grader decides about units, with the problem
+at hand.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
-           "extract_answer"]
+           "extract_answer", "normalise_unicode"]
 
 # The negative lookahead keeps macros that merely start with these names
 # (e.g. a user-defined ``\boxedanswer``) from being taken for a box.
 _BOX_CMD = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 
-# A thousands separator only sits between a digit and exactly three digits;
-# anything else (``1,2`` as a list of solutions) must keep its comma.
-_THOUSANDS_SEP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# A number with thousands separators: groups of three digits after a first group of one to three,
+# the whole run of digits and commas (``27,54,108,135`` has a group of two: it is a list, and so
+# are all its commas; ``1,2`` is a list of solutions).
+_THOUSANDS_RUN = re.compile(r"(?<!\d)(?<!\d,)\d{1,3}(?:,\d{3})+(?!,?\d)")
 
 _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+answer)\s*(?:is\b|:)\s*:?", re.IGNORECASE)
+# A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case; or a heading
+# "**Final Answer**" / "### Final Answer" alone on its line, the answer on the lines after it.
+_ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:final[ \t]+)?answer[ \t*_]*[:：]"
+                           r"|^[ \t#*_]*final[ \t]+answer[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
+# A GSM8K answer line: ``#### 18``; ``#### Step 1``, ``#### 1. The area`` and ``#### (a) Part one`` are
+# Markdown headings (a word follows, or a numbered word), no answer.
+_HASH_LINE = re.compile(r"####(?![ \t]*(?:[A-Za-z]{2}|\(?[A-Za-z0-9]{1,3}[.):][ \t]+[A-Za-z]))[ \t]*(\S[^\n]*)$",
+                        re.MULTILINE)
 
-# A number as written in prose: thousands groups (``12,345,678``), a decimal part, an exponent (``4e-3``).
-_NUMBER = re.compile(r"\d+(?:,\d{3}(?!\d))*(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
+# A number as written in prose: digits (thousands groups kept together, see _THOUSANDS_RUN), a
+# decimal part, an exponent (``4e-3``).
+_NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
 _WORD = re.compile(r"[A-Za-z]+")
-_OPERATORS = "+-*/^×÷·−"
+_OPERATORS = "+-*/^×÷·−<>≤≥≠±∓"
+_SIGNS = "-+−±∓"
+_SYMBOLS = "π∞"  # operands written as one character
+# "and" between two numbers of a list: "2 and 5", "1, 3, and 5"
+_AND_ITEM = re.compile(r"and[ \t]+(?=[-+−]?\d)")
+# A unit after a number in math: a few words, then the end of the sentence ("$5$ m.", "$12$ square feet")
+_UNIT_AFTER = re.compile(r"[ \t]+([A-Za-z]+(?:\^\{?\d\}?)?(?:(?:[ \t]+|[ \t]*/[ \t]*)[A-Za-z]+(?:\^\{?\d\}?)?){0,2})"
+                         r"[ \t]*(?=[.,;!]?[ \t]*(?:$|\n)|[.,;!][ \t])")
+# Words that end a sentence's math without being its unit ("$5$ is the answer", "$3$ times as much").
+_NOT_UNITS = frozenset("""is are was were be been being the a an and or but as because since so which that this these
+    those for of to in on at by with then thus hence here there it its we you they he she i each total altogether only
+    exactly approximately about left remaining more less than times if when where ways""".split())
+_PLAIN_NUMBER = re.compile(r"^[-−]?(?:\d[\d,]*(?:\.\d+)?|\.\d+|\\[dt]?frac\{\d+\}\{\d+\})$")
+
+# Unicode forms models write (see normalise_unicode)
+_SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾ⁿ", "0123456789+-()n"))
+_SUPERSCRIPT_RUN = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
+_VULGAR_FRACTION = re.compile(r"(\d*)([\u00bc-\u00be\u2150-\u215e])")
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 _OPEN, _CLOSE = "([{", ")]}"
 # Between two math segments that together are one answer: "$69$ and $84$", "$1$, $3$ or $5$".
 _SEGMENT_JOINER = re.compile(r"^\s*(?:,|and|or|,\s*and|,\s*or)\s*$", re.IGNORECASE)
+
+
+def normalise_unicode(text: str) -> str:
+    """The text with the Unicode forms models write mapped to plain ones, before anything reads it.
+
+    NFKC (full-width digits, letters and brackets ``（３，５）`` -> ``(3,5)``, ``－`` -> ``-``, non-breaking
+    and other spaces -> a space, ``：`` -> ``:``), after superscripts became powers (``x²`` -> ``x^{2}``,
+    which NFKC would make ``x2``) and vulgar fractions (``½`` -> ``1/2``, ``3½`` -> ``(3+1/2)``);
+    invisible characters go and the ideographic full stop is a full stop. The minus sign U+2212 and
+    math symbols (``≤``, ``π``, ``√``) stay: extraction reads them as they are and grading maps them
+    to LaTeX.
+    """
+    if text.isascii():
+        return text
+    text = _INVISIBLE.sub("", text)
+    text = _SUPERSCRIPT_RUN.sub(lambda m: "^{" + "".join(_SUPERSCRIPTS[c] for c in m.group(0)) + "}", text)
+
+    def fraction(m: re.Match) -> str:
+        num, _, den = unicodedata.normalize("NFKC", m.group(2)).partition("\u2044")
+        return f"({m.group(1)}+{num}/{den})" if m.group(1) else f"{num}/{den}"
+
+    text = _VULGAR_FRACTION.sub(fraction, text)
+    text = unicodedata.normalize("NFKC", text)
+    return text.replace("\u2044", "/").replace("。", ". ").replace("、", ", ")
+
+
+def drop_thousands_separators(text: str) -> str:
+    """``1,000`` -> ``1000`` wherever a run of digits and commas is one number (see ``_THOUSANDS_RUN``)."""
+    return _THOUSANDS_RUN.sub(lambda m: m.group(0).replace(",", ""), text)
 
 
 def _braced_group(text: str, start: int) -> str | None:
@@ -169,7 +229,7 @@ def gsm8k_hash_answer(text: str) -> str | None:
     if idx < 0:
         return None
     ans = text[idx + 4 :].split("\n", 1)[0].strip()
-    ans = _THOUSANDS_SEP.sub("", ans)
+    ans = drop_thousands_separators(ans)
     ans = ans.rstrip(".").strip()
     return ans or None
 
@@ -225,9 +285,11 @@ def _find_unescaped(text: str, delim: str, start: int) -> int:
 def leading_expression(text: str) -> str | None:
     """The mathematical expression that ``text`` (prose) starts with, whole; None if it starts otherwise.
 
-    Read token by token: numbers (``12,345,678`` is one number and loses its separators; ``4e-3``
-    is one number), single-letter variables, operators, brackets, and commas between items (a list
-    or tuple stays one: ``1, 3, 5``, ``(2,4)``). Implicit products need no space (``3x+2``, ``2(n-1)``).
+    Read token by token: numbers (``12,345,678`` is one number and loses its separators, while
+    ``27,54,108,135`` is a list; ``4e-3`` is one number), single-letter variables, ``π`` and ``∞``,
+    operators and relations (``x ≥ 2``, ``0 < t ≤ 4``), ``√``, brackets, a colon between numbers (a
+    time or ratio: ``7:30``), and commas or "and" between items (a list or tuple stays one: ``1, 3,
+    5``, ``(2,4)``, ``2 and 5``). Implicit products need no space (``3x+2``, ``2(n-1)``, ``3√2``).
     The expression ends where prose begins: a word of two or more letters, or any letter after a
     space that follows a complete term (a unit: ``25 cm^2`` -> ``25``, ``5 m/s^2`` -> ``5``).
 
@@ -244,6 +306,7 @@ def leading_expression(text: str) -> str | None:
     expect_operand = True  # at the start, after an operator, an opening bracket or a comma
     depth = 0
     end = 0  # end of the last complete term
+    last_number = False  # the last complete term is a number (a colon may follow: 7:30)
     while i < n:
         j = i
         while j < n and s[j] == " ":
@@ -256,25 +319,31 @@ def leading_expression(text: str) -> str | None:
         if expect_operand:
             number = _NUMBER.match(s, j)
             if number:
-                i, expect_operand, end = number.end(), False, number.end()
-            elif single_letter:
-                i, expect_operand, end = j + 1, False, j + 1
+                i, expect_operand, end, last_number = number.end(), False, number.end(), True
+            elif single_letter or ch in _SYMBOLS:
+                i, expect_operand, end, last_number = j + 1, False, j + 1, False
             elif ch in _OPEN:
                 depth, i = depth + 1, j + 1
-            elif ch in "-+−":
+            elif ch in _SIGNS or ch == "√":
                 i = j + 1
+            elif spaced and depth == 0 and _AND_ITEM.match(s, j) and s[:i].rstrip().endswith(","):
+                i = _AND_ITEM.match(s, j).end()  # "1, 3, and 5"
             else:
                 break
         elif ch in _OPERATORS:
             i, expect_operand = j + 1, True
+        elif ch == ":" and last_number and re.match(r":[ ]*\d", s[j:]):
+            i, expect_operand = j + 1, True
         elif ch in _CLOSE and depth > 0:
-            depth, i, end = depth - 1, j + 1, j + 1
+            depth, i, end, last_number = depth - 1, j + 1, j + 1, False
         elif ch == ",":
             i, expect_operand = j + 1, True
-        elif not spaced and single_letter:  # implicit product with a variable: 3x, 2n
-            i, end = j + 1, j + 1
-        elif not spaced and ch in _OPEN:  # implicit product with a bracket: 2(n-1)
-            depth, i, expect_operand = depth + 1, j + 1, True
+        elif spaced and depth == 0 and _AND_ITEM.match(s, j):  # "2 and 5"
+            i, expect_operand = _AND_ITEM.match(s, j).end(), True
+        elif not spaced and (single_letter or ch in _SYMBOLS):  # implicit product: 3x, 2n, 2π
+            i, end, last_number = j + 1, j + 1, False
+        elif not spaced and (ch in _OPEN or ch == "√"):  # implicit product: 2(n-1), 3√2
+            depth, i, expect_operand = depth + (ch in _OPEN), j + 1, True
         else:
             break
     if depth or not end:
@@ -285,60 +354,92 @@ def leading_expression(text: str) -> str | None:
     expr = s[:end]
     if expr.count("(") + expr.count("[") + expr.count("{") != expr.count(")") + expr.count("]") + expr.count("}"):
         return None
-    return _THOUSANDS_SEP.sub("", expr).strip() or None
+    return drop_thousands_separators(expr).strip() or None
 
 
-def _phrase_answer(rest: str) -> str | None:
-    """The answer in the text after "the answer is": its math, else its expression, else its words."""
-    lead = re.match(r"[\s:*]*", rest)
+# How an answer was read after "the answer is": its math, the expression it starts with, an expression
+# after some prose ("is not 7", "approximately 18"), or plain words.
+_MATH, _EXPRESSION, _LATER_EXPRESSION, _WORDS = "math", "expression", "later expression", "words"
+
+
+def _phrase_answer(rest: str) -> tuple[str | None, str]:
+    """The answer in the text after "the answer is": its math, else its expression, else its words.
+
+    Returns ``(answer or None, how it was read)``: ``_MATH``, ``_EXPRESSION``, ``_LATER_EXPRESSION`` or ``_WORDS``.
+    """
+    lead = re.match(r"[\s:*_]*", rest)
     body = rest[lead.end():]
     segments = math_segments(body)
     if segments and segments[0][0] == 0:
         parts = [segments[0][2]]
-        for (_, prev_end, _), (start, _, content) in zip(segments, segments[1:]):
+        last_end = segments[0][1]
+        for (_, prev_end, _), (start, seg_end, content) in zip(segments, segments[1:]):
             if not _SEGMENT_JOINER.match(body[prev_end:start]):
                 break
             parts.append(content)
+            last_end = seg_end
         parts = [p for p in parts if p]
+        if len(parts) == 1 and _PLAIN_NUMBER.match(parts[0]):
+            # a unit written after the math belongs to the answer: "$5$ m." -> "5 m"
+            unit = _UNIT_AFTER.match(body, last_end)
+            if unit and not {w.lower() for w in re.findall(r"[A-Za-z]+", unit.group(1))} & _NOT_UNITS:
+                return parts[0] + " " + unit.group(1), _MATH
         if parts:
-            return ", ".join(parts)
+            return ", ".join(parts), _MATH
     # the sentence: to a full stop followed by space or the end, or to the end of the line
     m = re.match(r"(.*?)(?:\.(?=\s|$)|\n|$)", body, re.S)
     sentence = m.group(1).replace("**", "").strip()
     if not sentence:
-        return None
+        return None, _WORDS
     if "\\" in sentence:  # LaTeX without $: take it whole
-        return sentence.rstrip(".").strip() or None
+        return sentence.rstrip(".").strip() or None, _MATH
     if "=" in sentence:  # "2 * 1 = 2 bolts": the value is after the last "="
         sentence = sentence.rsplit("=", 1)[1].strip()
     expr = leading_expression(sentence)
     if expr is not None:
-        return expr
+        return expr, _EXPRESSION
     # prose first ("approximately 18 dollars"): the first expression that starts with a number
-    for num in re.finditer(r"(?<![\w.])-?\d", sentence):
+    for num in re.finditer(r"(?<![\w.])[-−]?\d", sentence):
         expr = leading_expression(sentence[num.start():])
         if expr is not None:
-            return expr
-    return sentence.rstrip(".").strip() or None
+            return expr, _LATER_EXPRESSION
+    return sentence.rstrip(".").strip() or None, _WORDS
+
+
+def _solution_part(text: str) -> tuple[str, re.Match | None]:
+    """The text up to the end of its first GSM8K answer line (``#### 18``), and that line's match.
+
+    A model that writes ``#### 18`` and goes on to invent a new problem ending in ``#### 7``
+    answered 18: the first ``####`` closes the solution. Without such a line the text is whole.
+    """
+    m = _HASH_LINE.search(text)
+    return (text[:m.end()], m) if m else (text, None)
 
 
 def extract_answer(text: str) -> str | None:
     """Extract the final answer from a solution.
 
-    Sources are tried in this order, first hit wins:
+    The text is normalised first (:func:`normalise_unicode`) and ends at its first GSM8K answer line
+    (``#### 18``; what follows is a new problem the model made up). Then the last stated answer wins:
 
     1. boxes (:func:`final_boxes`): the last ``\\boxed{...}`` / ``\\fbox{...}``, or the comma-joined
        list of the boxes on its line -- the MATH convention;
-    2. the text after the last ``####`` -- the GSM8K convention;
-    3. the last phrase like "The final answer is X" / "the answer is X":
+    2. else the text after that ``####`` -- the GSM8K convention;
+    3. else the last phrase like "The final answer is X" / "the answer is X", or labelled line
+       (``Answer: X``, ``**Final Answer:** X``, a "Final Answer" heading with X below it):
 
        * X in math (``$...$``, ``\\(...\\)``): the math, whole (``$69, 84$`` -> ``69, 84``;
          ``$2^{1009}$`` -> ``2^{1009}``); math segments joined by "," / "and" / "or" form a list;
+         a number keeps the unit written after it (``$5$ m`` -> ``5 m``);
        * X in prose: the expression the sentence starts with (:func:`leading_expression`), a list
          or tuple kept whole (``1, 3, 5``, ``(2,4)``), thousands separators dropped (``1,000`` ->
          ``1000``), a unit dropped (``25 cm^2`` -> ``25``); after an ``=``, the value after the
          last one; prose before the first number skipped ("approximately 18 dollars" -> ``18``);
          plain words when there is no number ("yes").
+
+    A phrase or labelled line after the last box or ``####`` line is a correction and wins over
+    them, when it starts with math or an expression (not words: "the answer is consistent", "the
+    answer is not 7").
 
     Args:
         text: A reference solution or model generation.
@@ -351,15 +452,26 @@ def extract_answer(text: str) -> str | None:
     """
     if not text:
         return None
+    text, hash_line = _solution_part(normalise_unicode(text))
+    boxes = _boxes(text)
     boxed = final_boxes(text)
+    hashed = drop_thousands_separators(hash_line.group(1)).rstrip(".").strip() if hash_line else None
+    statements = sorted([*_ANSWER_PHRASE.finditer(text), *_ANSWER_LABEL.finditer(text)], key=lambda m: m.end())
+    anchors = ([boxes[-1].end] if boxed else []) + ([hash_line.start()] if hashed else [])
+    if anchors:
+        anchor = max(anchors)
+        for m in reversed(statements):
+            if m.start() < anchor:
+                break
+            ans, how = _phrase_answer(text[m.end():])
+            if ans and how in (_MATH, _EXPRESSION):
+                return ans
     if boxed:
         return boxed
-    hashed = gsm8k_hash_answer(text)
     if hashed:
         return hashed
-    matches = list(_ANSWER_PHRASE.finditer(text))
-    for m in reversed(matches):
-        ans = _phrase_answer(text[m.end():])
+    for m in reversed(statements):
+        ans, _ = _phrase_answer(text[m.end():])
         if ans:
             return ans
     return None

@@ -15,6 +15,20 @@ the guarantee.
 
 The child speaks JSON lines: ``{"op": "parse", "text": s}`` and ``{"op": "equal", "gold": g,
 "pred": p}``; see :func:`_handle`.
+
+Equality is math-verify's ``verify`` with three rules of ours (:func:`_equal`):
+
+* exact where both sides are exact: math-verify compares numbers after rounding to 6 places or with
+  ``evalf(chop=True)``, so ``\\frac{1}{2^{98}}`` equalled ``\\frac{1}{2^{99}}`` and ``\\frac{1}{3}``
+  equalled ``0.333333``; here decimals are read as the exact fractions they write, and two values
+  are equal when their difference is zero: exactly for rationals, else when its evaluation shrinks
+  with the precision asked (a zero does; ``\\sqrt{10^{100}+1} - 10^{50}``, 5e-51, does not). Only a
+  gold that writes decimals allows a tolerance, half a unit of its last digit (gold ``3.14``
+  accepts ``3.1416``, not ``3.15``);
+* an inequality answer is compared with an interval gold as the set it describes (``x \\ge 2`` is
+  ``[2,\\infty)``, ``0<t\\le 4`` is ``(0,4]``), its ends open or closed as written;
+* roots and powers are compared with the variables positive (``\\frac{1}{\\sqrt{n}}`` is
+  ``\\sqrt{1/n}``), when a side has a fractional power of a variable.
 """
 
 from __future__ import annotations
@@ -22,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import select
 import signal
 import subprocess
@@ -69,15 +84,118 @@ def _parse(text: str, cache: dict):
     return obj, obj is not None
 
 
+# Half a unit of the gold's last decimal digit, while one comparison runs (None: the gold is exact).
+_TOLERANCE: list = [None]
+_PATCHED: list = [False]
+
+
+def _gold_tolerance(gold_text: str):
+    """Half a unit of the last digit of the gold's most precise decimal (``3.14`` -> 0.005), or None."""
+    from sympy import Rational
+
+    digits = [len(m) for m in re.findall(r"(?<![\d.])\d*\.(\d+)(?![\d.])", gold_text)]
+    return Rational(1, 2 * 10 ** max(digits)) if digits else None
+
+
+def _exact(expr):
+    """``expr`` with its decimals as the fractions they write (0.333333 -> 333333/1000000)."""
+    from sympy import Float, Rational
+
+    try:
+        floats = expr.atoms(Float)
+    except Exception:
+        return expr
+    return expr.xreplace({f: Rational(str(f)) for f in floats}) if floats else expr
+
+
+def _same_value(a, b, tolerance) -> bool:
+    """Whether two numbers (or expressions) are equal: exactly, or within ``tolerance``."""
+    from sympy import N, nan, zoo
+
+    a, b = _exact(_doit(a)), _exact(_doit(b))
+    if a == b:
+        return True
+    difference = _doit(a - b)
+    if getattr(difference, "free_symbols", None) or difference in (nan, zoo) or not difference.is_number:
+        return False  # symbolic: math-verify's simplify decides
+    if tolerance is not None:
+        return bool(abs(N(difference, 60)) <= tolerance)
+    if difference.is_Rational:  # exact: 2^200 + 1 is not 2^200
+        return difference == 0
+    # radicals, pi, logs: sympy evaluates to the precision asked; a zero shrinks with the precision
+    # (0.e-190, then 0.e-400), a difference that is there stays (5.0e-51 both times)
+    first = abs(N(difference, 60))
+    if first == 0:
+        return True
+    second = abs(N(difference, 120))
+    return bool(second == 0 or second < first * 10 ** -30)
+
+
+def _doit(a):
+    try:
+        return a.doit()
+    except Exception:
+        return a
+
+
+def _numeric_eq(a, b, float_rounding, numeric_precision):
+    """Our replacement of math-verify's ``sympy_numeric_eq`` (see the module docstring)."""
+    from sympy import Float, MatrixBase
+
+    if isinstance(a, MatrixBase) and isinstance(b, MatrixBase):
+        a, b = _doit(a), _doit(b)
+        return a.shape == b.shape and all(_numeric_eq(x, y, float_rounding, numeric_precision)
+                                          for x, y in zip(a, b))
+    try:
+        tolerance = _TOLERANCE[0] if a.has(Float) else None
+        return _same_value(a, b, tolerance)
+    except Exception:
+        return False
+
+
+def _patch_math_verify() -> None:
+    """Install :func:`_numeric_eq` in math-verify's grader (in this child process only)."""
+    if not _PATCHED[0]:
+        import math_verify.grader
+
+        math_verify.grader.sympy_numeric_eq = _numeric_eq
+        _PATCHED[0] = True
+
+
+def _fractional_power_of_a_variable(expr) -> bool:
+    from sympy import Pow, preorder_traversal
+
+    return any(isinstance(e, Pow) and not e.exp.is_integer and e.base.free_symbols for e in preorder_traversal(expr))
+
+
+def _equal(gold, pred, gold_text: str) -> bool:
+    """Our equality of two parsed answers (see the module docstring)."""
+    from math_verify import verify
+    from sympy import Expr, Symbol
+
+    _patch_math_verify()
+    _TOLERANCE[0] = _gold_tolerance(gold_text)
+    try:
+        if verify([gold], [pred], timeout_seconds=None, allow_set_relation_comp=True):
+            return True
+        if not (isinstance(gold, Expr) and isinstance(pred, Expr)):
+            return False
+        if not (_fractional_power_of_a_variable(gold) or _fractional_power_of_a_variable(pred)):
+            return False
+        positive = {s: Symbol(s.name, positive=True) for s in gold.free_symbols | pred.free_symbols
+                    if isinstance(s, Symbol)}
+        return bool(verify([gold.xreplace(positive)], [pred.xreplace(positive)], timeout_seconds=None))
+    finally:
+        _TOLERANCE[0] = None
+
+
 def _handle(request: dict, cache: dict) -> dict:
     """Answer one request.
 
     ``parse``: ``{"ok": whole, "value": str(object) or None}``.
     ``equal``: ``{"equal": bool, "gold_ok": bool, "pred_ok": bool}``; equal only when both sides
-    parse whole and math-verify's ``verify(gold, pred)`` holds.
+    parse whole and :func:`_equal` (math-verify's ``verify`` with our rules) holds.
     """
-    from math_verify import verify
-
     op = request.get("op")
     if op == "parse":
         obj, whole = _parse(request["text"], cache)
@@ -85,7 +203,7 @@ def _handle(request: dict, cache: dict) -> dict:
     if op == "equal":
         gold, gold_ok = _parse(request["gold"], cache)
         pred, pred_ok = _parse(request["pred"], cache)
-        equal = bool(gold_ok and pred_ok and verify([gold], [pred], timeout_seconds=None))
+        equal = bool(gold_ok and pred_ok and _equal(gold, pred, request["gold"]))
         return {"equal": equal, "gold_ok": gold_ok, "pred_ok": pred_ok}
     if op == "sleep":  # for tests: slow work that the soft limit can interrupt
         time.sleep(float(request["seconds"]))

@@ -1,0 +1,115 @@
+"""The table of answer forms (tests/data/grading_table.jsonl, issue 25): completions as models write
+them, each with a gold and whether it is right; about half are right in many forms, the other half
+near misses that a careless grader accepts. Every row must get its verdict from
+``grade(extract_answer(completion), gold, problem)``. ``tools/bench-grading`` runs the same table
+through plain math-verify beside ours."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from core.grading.equivalence import grade
+from core.grading.extract import drop_thousands_separators, extract_answer, normalise_unicode
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "tests" / "data" / "grading_table.jsonl"
+# the kinds of answer form of issue 25, and everyday forms
+KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "exact", "sets-lists", "intervals",
+         "pm-and", "degrees-units", "rhs", "roots-powers", "forms"}
+
+
+def _rows() -> list[dict]:
+    with TABLE.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+ROWS = _rows()
+
+
+def test_the_table_covers_every_kind_with_right_and_wrong_answers():
+    assert len(ROWS) >= 150
+    assert {r["kind"] for r in ROWS} == KINDS
+    counts = Counter((r["kind"], r["correct"]) for r in ROWS)
+    for kind in KINDS - {"forms"}:
+        assert counts[kind, True] >= 5 and counts[kind, False] >= 5, kind
+    share = sum(r["correct"] for r in ROWS) / len(ROWS)
+    assert 0.4 <= share <= 0.6
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"{i}-{r['kind']}-{'right' if r['correct'] else 'wrong'}"
+                                           for i, r in enumerate(ROWS, 1)])
+def test_table_row(row):
+    pred = extract_answer(row["completion"])
+    assert grade(pred, row["gold"], row.get("problem")).correct is row["correct"], pred
+
+
+# --- the extraction rules, one by one -----------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    # the last stated answer wins, a labelled line included
+    ("The answer is 15.\nWait, 15 - 3 = 12.\n**Answer:** 12", "12"),
+    ("\\boxed{15}\nThe two ends were counted twice.\nFinal answer: 13", "13"),
+    ("\\boxed{5}. Note that the answer is not 7.", "5"),
+    ("**Final Answer**\n\nThe count is $15$.", "15"),
+    # the first GSM8K answer line closes the solution; Markdown headings are no answer lines
+    ("9 * 2 = 18\n#### 18\n\nQuestion: 5 + 2?\nAnswer: 7\n#### 7", "18"),
+    ("#### 18\nProblem 2: ... \\boxed{24}", "18"),
+    ("#### Step 1: eggs\n9 left\n#### 2. Money\n**Answer:** 18", "18"),
+    # times and ratios, "and" lists, relations, Unicode
+    ("The answer is 7:30.", "7:30"),
+    ("The answer is 2 and 5.", "2 and 5"),
+    ("The answer is 1, 3, and 5.", "1, 3, and 5"),
+    ("The answer is 0 < t ≤ 4.", "0 < t ≤ 4"),
+    ("The answer is （３，５）.", "(3,5)"),
+    ("The answer is x² + 1.", "x^{2} + 1"),
+    ("The answer is 3√2.", "3√2"),
+    # a number in math keeps the unit after it; prose after it is no unit
+    ("The answer is $5$ m.", "5 m"),
+    ("The answer is $12$ square feet.", "12 square feet"),
+    ("The answer is $5$ because it is prime.", "5"),
+    # a run with a group of two digits is a list, not a number with thousands separators
+    ("The answer is 27,54,108,135.", "27,54,108,135"),
+    ("The answer is 12,345,678.", "12345678"),
+])
+def test_extraction_rules(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_unicode_and_thousands_helpers():
+    assert normalise_unicode("－４\u00a0½ 3½ x⁻¹") == "-4 1/2 (3+1/2) x^{-1}"
+    assert normalise_unicode("−4") == "−4"  # the minus sign stays for extraction; grading maps it
+    assert drop_thousands_separators("1,000 and 27,54,108,135 and 2,125.5") == "1000 and 27,54,108,135 and 2125.5"
+
+
+# --- gold vs gold on the bundled examples, as a model writes an answer --------------------------
+GOLD_FORMS = {
+    "boxed": lambda g: "We simplify step by step, so the answer is \\boxed{" + g + "}",
+    "final-answer-dollars": lambda g: "We simplify step by step.\nThe final answer is $" + g + "$.",
+}
+
+
+@pytest.mark.parametrize("form", sorted(GOLD_FORMS))
+@pytest.mark.parametrize("name", ["math500_sample.jsonl", "gsm8k_sample.jsonl"])
+def test_example_golds_against_themselves(name, form):
+    with (ROOT / "examples" / name).open(encoding="utf-8") as f:
+        golds = [json.loads(line)["answer"] for line in f if line.strip()]
+    misses = [g for g in golds if not grade(extract_answer(GOLD_FORMS[form](g)), g).correct]
+    assert misses == []
+
+
+def test_bench_grading_prints_ours_beside_math_verify(tmp_path):
+    table = tmp_path / "table.jsonl"
+    table.write_text("".join(json.dumps(r) + "\n" for r in ROWS[:2] + [r for r in ROWS if not r["correct"]][:2]))
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench-grading"), "--table", str(table), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["rows"] == 4
+    assert out["ours"]["correct_accepted"] == out["ours"]["correct"] == 2
+    assert out["ours"]["wrong_accepted"] == 0 and out["ours"]["wrong"] == 2
+    assert set(out["math_verify"]) == set(out["ours"]) >= {"mean_s", "max_s"}
