@@ -74,7 +74,11 @@ def _code(text: str) -> list[tuple[int, str]]:
             spans()
             fenced = not fenced
         elif fenced:
-            out.append((number, line.split(" #")[0]))
+            code = line.split(" #")[0]
+            if out and out[-1][1].endswith("\\"):  # a shell line continued
+                out[-1] = (out[-1][0], out[-1][1][:-1] + " " + code.strip())
+            else:
+                out.append((number, code))
         elif not line.strip():
             spans()
         else:
@@ -86,7 +90,8 @@ def _code(text: str) -> list[tuple[int, str]]:
 def _invocations(code: str) -> list[list[str]]:
     """The token lists after each ``specscale`` in a piece of code (up to a pipe or ``;``)."""
     found = []
-    for m in re.finditer(r"(?:^|[\s/(])specscale\s+([^|;]*)", code):
+    # the program at the start of a command (not `--policy specscale`, the policy's name)
+    for m in re.finditer(r"(?:^\s*|[;&|(]\s*|/)specscale\s+([^|;]*)", code):
         try:
             found.append(shlex.split(m.group(1).replace("\\", " ")))
         except ValueError:  # an unclosed quote in a cut-off span
