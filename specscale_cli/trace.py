@@ -19,7 +19,7 @@ STATUS_STYLE = {
     "generating": "yellow", "pruned": "red", "cancelled": "dim",
 }
 WASTED = {"pruned", "cancelled"}
-# what each status means, in the words of README "Outputs" and `solve --help`
+# what each status means, in the words of docs/solve.md "Traces" and `solve --help`
 STATUS_MEANING = {
     "completed": "a finished path, one of the N answers",
     "selected": "kept at its depth and expanded",

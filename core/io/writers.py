@@ -174,7 +174,7 @@ def write_trace(out_dir: str | Path, problem_id: str, trace: dict) -> Path:
 
 
 def write_summary(out_dir: str | Path, summary: dict) -> Path:
-    """Write ``OUT/summary.json`` (run totals and config, see README "summary.json"), atomically.
+    """Write ``OUT/summary.json`` (run totals and config, see docs/solve.md "Live dashboard and summary.json"), atomically.
 
     Raises:
         TypeError: ``summary`` is not serialisable by orjson (nothing is written then).
