@@ -122,6 +122,25 @@ def text_between(text: str, start: str, end: str, scorer: str, tokenizer) -> str
     return text[i:j]
 
 
+def head_row(scorer, logits: list[torch.Tensor], width: int, head: str, fix: str) -> torch.Tensor:
+    """The one row a head-reading scorer reads, as float32 ``[width]``.
+
+    Args:
+        scorer: the scorer (its ``name`` and ``tokenizer`` name the model in the error).
+        logits: the request's read rows (one). width: values the head gives per position.
+        head/fix: what the scorer needs and what to load instead, for the error.
+
+    Raises:
+        ValueError: the model returned another number of values per position (a causal LM's
+            vocabulary logits, say): the wrong kind of checkpoint for this scorer.
+    """
+    row = logits[0].float()
+    if row.shape[-1] != width:
+        raise ValueError(f"scorer '{scorer.name}' needs {head}, but the model of '{tokenizer_name(scorer.tokenizer)}' "
+                         f"returned {row.shape[-1]} values per position; {fix}")
+    return row
+
+
 def positive_share(row: torch.Tensor, good: int, bad: int) -> float:
     """softmax over the two logits ``row[good], row[bad]``, the ``good`` share: sigmoid of the gap."""
     row = row.float()

@@ -18,8 +18,8 @@ import torch
 
 from core.models.prm_head import CLASSIFIER_HEAD
 
-from .prm_format import (StepFormat, find_marker, render_chat, require_chat_template, single_token_id,
-                         tokenizer_name)
+from .prm_format import (StepFormat, find_marker, head_row, render_chat, require_chat_template,
+                         single_token_id)
 
 QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 STEP_TAG = "<extra_0>"
@@ -57,9 +57,6 @@ class QwenMathPRMScorer(StepFormat):
         return self.tokenizer.encode(root, add_special_tokens=False)
 
     def score(self, req, logits: list[torch.Tensor]) -> float:
-        row = logits[0].float()
-        if row.shape[-1] != 2:
-            raise ValueError(f"scorer '{self.name}' needs the PRM's 2-class head, but the model of "
-                             f"'{tokenizer_name(self.tokenizer)}' returned {row.shape[-1]} values per position "
-                             "(a causal LM?); load a Qwen2ForProcessRewardModel checkpoint")
+        row = head_row(self, logits, 2, "the PRM's 2-class head",
+                       "a causal LM? load a Qwen2ForProcessRewardModel checkpoint")
         return float(torch.softmax(row, dim=-1)[1].item())

@@ -20,7 +20,7 @@ import torch
 from core.models.prm_head import VALUE_HEAD
 
 from .base import encode_text
-from .prm_format import tokenizer_name
+from .prm_format import head_row, tokenizer_name
 from .separated_steps import SeparatedSteps
 
 STEP_TOKEN = "\n"
@@ -51,9 +51,6 @@ class SkyworkPRMScorer(SeparatedSteps):
         return encode_text(self.tokenizer, self.tokenizer.bos_token + problem.strip() + STEP_TOKEN)
 
     def score(self, req, logits: list[torch.Tensor]) -> float:
-        row = logits[0].float()
-        if row.shape[-1] != 1:
-            raise ValueError(f"scorer '{self.name}' needs the PRM's value head (one value per position), but the "
-                             f"model of '{tokenizer_name(self.tokenizer)}' returned {row.shape[-1]} values per "
-                             "position; load a Qwen2ForPrmModel (Skywork PRM) checkpoint")
+        row = head_row(self, logits, 1, "the PRM's value head (one value per position)",
+                       "load a Qwen2ForPrmModel (Skywork PRM) checkpoint")
         return float(torch.sigmoid(row[0]).item())

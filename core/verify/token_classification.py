@@ -19,7 +19,7 @@ import torch
 from core.models.prm_head import CLASSIFIER_HEAD
 
 from .base import encode_text
-from .prm_format import tokenizer_name
+from .prm_format import head_row
 from .separated_steps import SeparatedSteps
 
 #: ``PRMConfig.step_separator``'s default in TRL
@@ -49,9 +49,6 @@ class TokenClassificationScorer(SeparatedSteps):
         return self._bos + encode_text(self.tokenizer, problem.strip())
 
     def score(self, req, logits: list[torch.Tensor]) -> float:
-        row = logits[0].float()
-        if row.shape[-1] != 2:
-            raise ValueError(f"scorer '{self.name}' needs a 2-label token-classification head, but the model of "
-                             f"'{tokenizer_name(self.tokenizer)}' returned {row.shape[-1]} values per position; "
-                             "load a *ForTokenClassification checkpoint with num_labels 2")
+        row = head_row(self, logits, 2, "a 2-label token-classification head",
+                       "load a *ForTokenClassification checkpoint with num_labels 2")
         return float(torch.softmax(row, dim=-1)[1].item())
