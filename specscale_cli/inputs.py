@@ -40,6 +40,32 @@ def input_options(fn):
     return functools.wraps(fn)(fn)
 
 
+@dataclass(frozen=True)
+class InputChoice:
+    """The flags of `solve` that choose and read its input.
+
+    problems: PROBLEMS: a JSONL file, ``-`` for stdin, or a .csv/.parquet/.json table; None with
+        ``dataset``.
+    dataset: --dataset: a local file or a hub name read with `datasets`; None with ``problems``.
+    dataset_config / split / shuffle: --dataset-config, --split, --shuffle (``dataset`` only).
+    seed: the run's seed, which orders a shuffled dataset.
+    limit: --limit: the first N problems (N rows drawn at random with ``shuffle``); None for all.
+    problem_field: --problem-field (None: ``problem``, else ``question``).
+    answer_field / id_field: --answer-field, --id-field.
+    """
+
+    problems: str | None = None
+    dataset: str | None = None
+    dataset_config: str | None = None
+    split: str | None = None
+    shuffle: bool = False
+    seed: int = 0
+    limit: int | None = None
+    problem_field: str | None = None
+    answer_field: str = "answer"
+    id_field: str = "id"
+
+
 @dataclass
 class ProblemInput:
     """The chosen input of one run.
@@ -89,9 +115,7 @@ def _require_a_valid_problem(items: Iterator[Problem | ProblemError], source: st
                            f"{errors[0].describe()}{more}{hint}")
 
 
-def open_input(problems: str | None, dataset: str | None, dataset_config: str | None, split: str | None,
-               shuffle: bool, seed: int, limit: int | None, problem_field: str | None, answer_field: str,
-               id_field: str) -> ProblemInput:
+def open_input(choice: InputChoice) -> ProblemInput:
     """Check the input options and open the input (a dataset is loaded here, before any model).
 
     Raises:
@@ -101,6 +125,9 @@ def open_input(problems: str | None, dataset: str | None, dataset_config: str | 
     from core.io.dataset_source import DatasetError, open_dataset
     from core.io.problems import read_problems
 
+    problems, dataset, limit = choice.problems, choice.dataset, choice.limit
+    split, dataset_config, shuffle = choice.split, choice.dataset_config, choice.shuffle
+    problem_field, answer_field, id_field = choice.problem_field, choice.answer_field, choice.id_field
     if (problems is None) == (dataset is None):
         raise click.UsageError("give exactly one input: a PROBLEMS file ('-' for stdin) or --dataset NAME_OR_PATH")
     if problems is not None and Path(problems).suffix.lower() in TABLE_SUFFIXES:
@@ -115,8 +142,8 @@ def open_input(problems: str | None, dataset: str | None, dataset_config: str | 
 
     if dataset is not None:
         try:
-            rows = open_dataset(dataset, split=split, config=dataset_config, limit=limit, shuffle=shuffle, seed=seed,
-                                problem_fields=fields, answer_field=answer_field, id_field=id_field)
+            rows = open_dataset(dataset, split=split, config=dataset_config, limit=limit, shuffle=shuffle,
+                                seed=choice.seed, problem_fields=fields, answer_field=answer_field, id_field=id_field)
         except DatasetError as exc:
             raise click.UsageError(str(exc)) from exc
         if len(rows) == 0:

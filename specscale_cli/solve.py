@@ -22,14 +22,15 @@ import os
 import signal
 import sys
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from .dashboard import Dashboard, summary_table
-from .inputs import input_options, open_input
-from .options import build_settings, model_and_search_options, settle_threads
-from .run_dir import rerun_command, run_config
+from .inputs import input_options
+from .options import model_and_search_options, settle_threads
+from .run_plan import RunPlan, plan_run
 from .signals import Interrupted, StopSignals
 
 EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED, EXIT_REPLICAS_LOST = 0, 1, 2, 3, 4
@@ -62,9 +63,7 @@ EXIT_OK, EXIT_SOME_ERRORS, EXIT_USAGE, EXIT_WRITE_FAILED, EXIT_REPLICAS_LOST = 0
                    "starting one on this machine.")
 @input_options
 @model_and_search_options
-def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_progress, overwrite, resume, force,
-          workers, ray_address, dataset, dataset_config, split, shuffle, problem_field, answer_field, id_field,
-          **opts):
+def solve(**flags):
     """Solve every problem in PROBLEMS (JSONL with id/problem/answer fields; '-' reads stdin) or --dataset.
 
     Writes OUT/answers.jsonl (one record per problem, as soon as it finishes) and
@@ -74,103 +73,84 @@ def solve(problems, out_dir, max_concurrent, limit, traces, no_dashboard, no_pro
     written during the run (disk full), 4 when every replica of a --workers run was lost, 130/143
     when stopped by Ctrl-C/SIGTERM (rerun with --resume to go on).
     """
-    from core.io.output_folder import (OutputFolderError, prepare_output, refuse_earlier_answers,
-                                       refuse_other_settings)
-    from core.models.specs import ModelSpecError, check_model_spec
+    from core.io.output_folder import OutputFolderError, prepare_output
 
-    settings, search_cfg, policy = build_settings(opts)
-    _check_workers(workers, ray_address)
-    if out_dir:  # before the input is read: a table input loads `datasets`, which takes a second
-        try:
-            refuse_earlier_answers(Path(out_dir), overwrite, resume)
-            refuse_other_settings(Path(out_dir), run_config(settings, search_cfg, policy, {}, {}), resume, force)
-        except OutputFolderError as exc:
-            raise click.UsageError(str(exc)) from exc
-    problem_input = open_input(problems, dataset, dataset_config, split, shuffle, search_cfg.seed, limit,
-                               problem_field, answer_field, id_field)
+    plan = plan_run(click.get_current_context(), flags)
     try:
-        check_model_spec(settings.generator, "--generator")
-        if settings.prm != settings.generator:
-            check_model_spec(settings.prm, "--prm")
-    except ModelSpecError as exc:
-        raise click.UsageError(str(exc)) from exc
-    out = Path(out_dir) if out_dir else Path("runs") / problem_input.label
-    ctx = click.get_current_context()
-    command = rerun_command(ctx, out, extra=())
-    run_cfg = run_config(settings, search_cfg, policy, problem_input.config,
-                         {"problems": problem_input.source, "limit": limit, "max_concurrent": max_concurrent,
-                          "traces": traces, "workers": workers, "ray_address": ray_address, "command": command})
-    try:
-        prepared = prepare_output(out, run_cfg, overwrite=overwrite, resume=resume, force=force, traces=traces,
-                                  command=command)
+        prepared = prepare_output(plan.out, plan.run_config, plan.folder, traces=plan.traces, command=plan.command)
     except OutputFolderError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
         # cleanup: a --workers run's Ray session and replicas, stopped before the lock is let go
         with StopSignals() as signals, ExitStack() as cleanup:
-            code = _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, max_concurrent, traces,
-                        not (no_dashboard or no_progress), signals, workers, ray_address, cleanup)
+            code = _run(plan, prepared, signals, cleanup)
     finally:
         prepared.close()
     sys.exit(code)
 
 
-def _check_workers(workers: int, ray_address: str | None) -> None:
-    """Usage errors of --workers/--ray-address, found without importing Ray."""
-    from core.distributed import RAY_INSTALL_HINT, ray_missing
+@dataclass
+class _Engines:
+    """What a run searches with once its models are loaded: this process's ``runtime``
+    (:class:`core.solver.Runtime`, with the CPU thread ``governor``, None off the CPU) or the
+    replicas' ``pool`` (:class:`core.distributed.pool.ReplicaPool`), and the context limits in
+    tokens that the generator and PRM engines use."""
 
-    if ray_address is not None and workers == 1:
-        raise click.UsageError("--ray-address needs --workers 2 or more (--workers 1 runs in this process)")
-    if workers > 1 and ray_missing():
-        raise click.UsageError(f"--workers {workers} runs replicas on Ray, which is not installed: {RAY_INSTALL_HINT}")
+    runtime: object | None
+    pool: object | None
+    governor: object | None
+    max_len: int
+    prm_max_len: int
 
 
-def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, max_concurrent, traces, dashboard_on,
-         signals, workers=1, ray_address=None, cleanup=None) -> int:
+@dataclass
+class _Tally:
+    """Record counts of a run: ``counts`` for the whole run (records an earlier run wrote and this
+    one kept included: the dashboard's and summary's figures), ``done`` and ``errors`` for the
+    answer and error records this process wrote."""
+
+    counts: dict
+    done: int = 0
+    errors: int = 0
+
+    @classmethod
+    def kept(cls, done) -> _Tally:
+        """A tally that starts from the records of ``done`` (:class:`core.io.resume.DoneRecords`)."""
+        from core.search.config import PICK_FIELDS
+
+        return cls({"done": done.answers, "errors": done.errors, "correct": done.correct, "graded": done.graded,
+                    **{f"correct_{rule}": done.correct_by.get(rule, 0) for rule in PICK_FIELDS}, **done.at_n})
+
+
+def _run(plan: RunPlan, prepared, signals: StopSignals, cleanup: ExitStack) -> int:
     """Everything after the checks: load, write run.json, search, summarise. Returns the exit code."""
     from core.distributed import ReplicasLost
     from core.io.durable import OutputWriteError
     from core.io.output_folder import OutputFolderError, check_used_context
     from core.io.resume import RUN_FILENAME, SkipCounts, skip_done, write_run_config
     from core.io.writers import ANSWERS_FILENAME, SUMMARY_FILENAME
-    from core.search.config import PICK_FIELDS
 
-    out, done = prepared.out, prepared.done
+    out, done = plan.out, prepared.done
     answers_path = out / ANSWERS_FILENAME
     for note in prepared.notes:
         click.echo(f"note: {note}", err=True)
     _report_repairs(done, answers_path)
-    source = problem_input.source
-    total = problem_input.total
+    source = plan.input.source
     if len(done):
         left = None
-        if total is not None:
+        if plan.input.total is not None:
             # the input is read once more to count what is left (cheap next to the search)
-            left = sum(1 for _ in skip_done(problem_input.open(), done, SkipCounts()))
+            left = sum(1 for _ in skip_done(plan.input.open(), done, SkipCounts()))
         click.echo(f"resume: keeping the {_n(done.answers, 'answer')} and {_n(done.errors, 'error record')} already "
                    f"in {answers_path}; "
-                   + (f"{_n(left, 'problem')} of {total} left to solve" if left is not None else
+                   + (f"{_n(left, 'problem')} of {plan.input.total} left to solve" if left is not None else
                       "solving the problems of the input that have none"), err=True)
         if left == 0:
             click.echo(f"resume: nothing to do: every problem of {source} has a record", err=True)
             return EXIT_SOME_ERRORS if done.errors else EXIT_OK
 
-    runtime = pool = governor = None
     try:
-        # replicas of a --workers run split the cores between them (core.distributed.pool); torch
-        # is imported here, so a Ctrl-C during its import is a stop while loading too
-        governor = settle_threads(settings.threads, settings.device) if workers == 1 else None
-        click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)"
-                   + (f" in {workers} replicas" if workers > 1 else "") + "...", err=True)
-        if workers > 1:
-            pool = _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurrent, traces, source,
-                               cleanup)
-            first = pool.infos[pool.live[0]]
-            max_len, prm_max_len = first["max_model_len"], first["prm_max_model_len"]
-        else:
-            runtime = _load(settings)
-            max_len, prm_max_len = runtime.engine.max_model_len, runtime.verifier.engine.max_model_len
-        signals.check()  # a stop that a library's finalizer swallowed while loading
+        engines = _start(plan, signals, cleanup)
     except click.UsageError:
         prepared.discard()  # a run that never started leaves no empty folder behind
         raise
@@ -183,13 +163,12 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
         click.echo(f"error: {exc}; nothing was solved", err=True)
         return EXIT_REPLICAS_LOST
     try:
-        check_used_context(prepared, max_len)
+        check_used_context(prepared, engines.max_len)
     except OutputFolderError as exc:
-        if pool is not None:
-            pool.close()
+        if engines.pool is not None:
+            engines.pool.close()
         raise click.UsageError(str(exc)) from exc
-    run_cfg["models"]["max_model_len"] = max_len
-    run_cfg["info"]["prm_max_model_len"] = prm_max_len
+    run_cfg = _as_used(plan.run_config, prepared, engines)
     try:
         # written once the models load, so a run that never started leaves no settings to compare
         write_run_config(out, run_cfg)
@@ -197,21 +176,17 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
         click.echo(f"error: {exc}; nothing was solved", err=True)
         return EXIT_WRITE_FAILED
 
-    skipped = SkipCounts()
-    stream = skip_done(problem_input.open(), done, skipped) if len(done) else problem_input.open()
+    stream = skip_done(plan.input.open(), done, SkipCounts()) if len(done) else plan.input.open()
     # the whole run's figures: records an earlier run wrote and this one kept count too
-    counts = {"done": done.answers, "errors": done.errors, "correct": done.correct, "graded": done.graded,
-              **{f"correct_{rule}": done.correct_by.get(rule, 0) for rule in PICK_FIELDS}, **done.at_n}
-    here = {"done": 0, "errors": 0}
-    dashboard = Dashboard(total, counts=counts, enabled=dashboard_on, stream=sys.stderr,
-                          title=f"specscale solve · {source} · {policy}")
+    tally = _Tally.kept(done)
+    dashboard = Dashboard(plan.input.total, counts=tally.counts, enabled=plan.dashboard, stream=sys.stderr,
+                          title=f"specscale solve · {source} · {plan.policy}")
     stopped: Interrupted | None = None
     write_error: OutputWriteError | None = None
     lost: Exception | None = None
     with dashboard as progress:
         try:
-            _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here,
-                    progress, signals, governor)
+            _search(plan, engines, stream, tally, progress, signals)
         except Interrupted as stop:
             stopped = stop
         except OutputWriteError as exc:
@@ -223,7 +198,7 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
     if summary is not None:
         # problem counts and accuracy are the whole run's; time, tokens, PRM and engine figures
         # are this process's: say how the records split between the two
-        summary["session"] = {"answers": here["done"], "errors": here["errors"], "kept_answers": done.answers,
+        summary["session"] = {"answers": tally.done, "errors": tally.errors, "kept_answers": done.answers,
                               "kept_errors": done.errors}
     if summary is not None and write_error is None:
         dashboard.console.print(summary_table(summary))
@@ -238,17 +213,17 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
             write_error = write_error or exc
         except Interrupted:
             pass  # a second signal while the summary was written: the answers are complete anyway
-    written = f"{_n(here['done'], 'answer')} and {_n(here['errors'], 'error record')} of this run are in {answers_path}"
+    written = f"{_n(tally.done, 'answer')} and {_n(tally.errors, 'error record')} of this run are in {answers_path}"
     if write_error is not None:
         click.echo(f"error: {write_error}; {written} and complete. Free space in {out}, then go on with: "
-                   f"{rerun_command(ctx, out)}", err=True)
+                   f"{plan.resume_command}", err=True)
         return EXIT_WRITE_FAILED
     if lost is not None:
         click.echo(f"error: {lost}; {written}; summary -> {out / SUMMARY_FILENAME}. To go on: "
-                   f"{rerun_command(ctx, out)}", err=True)
+                   f"{plan.resume_command}", err=True)
         return EXIT_REPLICAS_LOST
     if stopped is not None:
-        hint = rerun_command(ctx, out)
+        hint = plan.resume_command
         if source == "<stdin>":
             hint += "   (with the same input on stdin)"
         click.echo(f"{'interrupted' if stopped.signum == signal.SIGINT else 'stopped by ' + stopped.name}: {written}; problems "
@@ -257,7 +232,47 @@ def _run(ctx, prepared, problem_input, settings, search_cfg, policy, run_cfg, ma
         return stopped.exit_code
     click.echo(f"answers -> {answers_path}, summary -> {out / SUMMARY_FILENAME}, settings -> {out / RUN_FILENAME}",
                err=True)
-    return EXIT_SOME_ERRORS if counts["errors"] else EXIT_OK
+    return EXIT_SOME_ERRORS if tally.counts["errors"] else EXIT_OK
+
+
+def _start(plan: RunPlan, signals: StopSignals, cleanup: ExitStack) -> _Engines:
+    """Load the models in this process, or start the replicas of a --workers run.
+
+    Raises:
+        click.UsageError: a model that cannot be loaded, too few GPUs, an unreachable cluster.
+        Interrupted: a stop while loading. ReplicasLost: every replica died while loading.
+    """
+    settings = plan.settings
+    # replicas of a --workers run split the cores between them (core.distributed.pool); torch
+    # is imported here, so a Ctrl-C during its import is a stop while loading too
+    governor = settle_threads(settings.threads, settings.device) if plan.workers == 1 else None
+    click.echo(f"loading {settings.generator} (generator) and {settings.prm} ({settings.scorer} scorer)"
+               + (f" in {plan.workers} replicas" if plan.workers > 1 else "") + "...", err=True)
+    if plan.workers > 1:
+        pool = _start_pool(plan, cleanup)
+        first = pool.infos[pool.live[0]]
+        engines = _Engines(None, pool, None, first["max_model_len"], first["prm_max_model_len"])
+    else:
+        runtime = _load(settings)
+        engines = _Engines(runtime, None, governor, runtime.engine.max_model_len,
+                           runtime.verifier.engine.max_model_len)
+    signals.check()  # a stop that a library's finalizer swallowed while loading
+    return engines
+
+
+def _as_used(planned: dict, prepared, engines: _Engines) -> dict:
+    """run.json as this run writes it: the planned content, the earlier settings a --force resume
+    went over (``info.forced_over``), and the context limits the engines use."""
+    import copy
+
+    from core.io.resume import INFO_KEY
+
+    run_cfg = copy.deepcopy(planned)
+    if prepared.forced_over is not None:
+        run_cfg[INFO_KEY]["forced_over"] = prepared.forced_over
+    run_cfg["models"]["max_model_len"] = engines.max_len
+    run_cfg[INFO_KEY]["prm_max_model_len"] = engines.prm_max_len
+    return run_cfg
 
 
 def _load(settings):
@@ -271,13 +286,14 @@ def _load(settings):
         raise click.UsageError(str(exc)) from exc
 
 
-def _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurrent, traces, source, cleanup):
-    """Connect to Ray and start ``workers`` replicas (their stop is registered on ``cleanup``);
+def _start_pool(plan: RunPlan, cleanup: ExitStack):
+    """Connect to Ray and start the plan's replicas (their stop is registered on ``cleanup``);
     a model that cannot be loaded, too few GPUs or an unreachable cluster is a usage error."""
     from core.distributed.pool import RaySession, ReplicaPool
 
+    ray_address = plan.ray_address
     try:
-        session = cleanup.enter_context(RaySession(ray_address, settings.device))
+        session = cleanup.enter_context(RaySession(ray_address, plan.settings.device))
     except Interrupted:
         raise
     except Exception as exc:  # noqa: BLE001 - Ray raises several kinds for a cluster it cannot reach
@@ -286,7 +302,8 @@ def _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurre
         hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or "
                 "~/.ray/auth_token)" if ray_address and "RAY_AUTH_MODE" not in os.environ else "")
         raise click.UsageError(f"cannot start or join {where}: {str(exc).strip().splitlines()[0]}{hint}") from exc
-    pool = ReplicaPool(session, settings, search_cfg, policy, workers, max_concurrent, traces=traces, source=source,
+    pool = ReplicaPool(session, plan.settings, plan.search, plan.policy, plan.workers, plan.max_concurrent,
+                       traces=plan.traces, source=plan.input.source,
                        log=lambda line: click.echo(f"note: {line}", err=True))
     cleanup.callback(pool.close)
     try:
@@ -300,13 +317,13 @@ def _start_pool(settings, search_cfg, policy, workers, ray_address, max_concurre
     return pool
 
 
-def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, source, stream, counts, here, progress,
-            signals, governor=None):
-    """Search ``stream`` in this process (``runtime``) or on the replicas of ``pool``, writing each
-    record as its problem finishes."""
+def _search(plan: RunPlan, engines: _Engines, stream, tally: _Tally, progress, signals: StopSignals):
+    """Search ``stream`` in this process (``engines.runtime``) or on the replicas of
+    ``engines.pool``, writing each record as its problem finishes and counting it in ``tally``."""
     from core.io.writers import AnswerWriter, write_trace
     from core.search.records import answer_record, count_record, error_record, problem_trace
 
+    out, counts = plan.out, tally.counts
     with AnswerWriter(out) as writer:
 
         def write_answer(record, trace):
@@ -318,7 +335,7 @@ def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, sour
                 # (--resume skips it); a run stopped before it leaves a trace that the rerun replaces
                 writer.write(record)
                 count_record(counts, record)
-                here["done"] += 1
+                tally.done += 1
                 # inside the block: a stop held until its end must find the summary's counts updated
                 progress.advance(counts)
 
@@ -326,29 +343,31 @@ def _search(runtime, pool, search_cfg, policy, max_concurrent, traces, out, sour
             with signals.critical():
                 writer.write(record)
                 counts["errors"] += 1
-                here["errors"] += 1
+                tally.errors += 1
                 progress.advance(counts)
             click.echo(f"error: {record['error']['where']}", err=True)
 
-        if pool is not None:
-            progress.attach_pool(pool)
+        if engines.pool is not None:
+            progress.attach_pool(engines.pool)
             def poll():
                 signals.check()
                 progress.poll()
 
-            pool.run(stream, write_answer, write_error, on_poll=poll)
+            engines.pool.run(stream, write_answer, write_error, on_poll=poll)
             return None
 
         def on_result(problem, result, search):
-            write_answer(answer_record(problem, result, search), problem_trace(search) if traces else None)
+            write_answer(answer_record(problem, result, search), problem_trace(search) if plan.traces else None)
 
         from core.search.driver import SearchDriver
 
+        runtime = engines.runtime
         driver = SearchDriver(runtime.engine, runtime.generator.tokenizer, runtime.generator.eos_token_ids,
-                              runtime.verifier, runtime.scorer, search_cfg, policy=policy,
-                              max_concurrent=max_concurrent, on_result=on_result,
-                              on_error=lambda err: write_error(error_record(err)), source=source,
-                              on_iteration=lambda stats: _iteration(stats, runtime, progress, governor, signals))
+                              runtime.verifier, runtime.scorer, plan.search, policy=plan.policy,
+                              max_concurrent=plan.max_concurrent, on_result=on_result,
+                              on_error=lambda err: write_error(error_record(err)), source=plan.input.source,
+                              on_iteration=lambda stats: _iteration(stats, runtime, progress, engines.governor,
+                                                                    signals))
         progress.attach(driver.stats, runtime)
         return driver.run(stream)
 

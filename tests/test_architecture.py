@@ -127,3 +127,44 @@ def test_the_command_line_imports_no_torch_transformers_or_engine():
                     and (name, function) not in MEASUREMENT_ALLOWED:
                 found.append(f"{path.relative_to(ROOT)}:{line} ({function or 'module level'}) imports {target}")
     assert not found, "\n".join(dict.fromkeys(found))
+
+
+# The solve path: the code that carries one run from `solve`'s flags to its exit code, through the
+# run plan (specscale_cli/run_plan.py). Left out, because solve calls them with values already taken
+# from the plan and they have callers and tests of their own: the readers of problem files and
+# datasets (core/io/problems.py, core/io/dataset_source.py), the search and engine (core/search,
+# core/engine: SearchDriver takes the runtime's parts and the run's callbacks), the replica pool
+# (core/distributed), the display (specscale_cli/dashboard.py, core/metrics.py) and the thread
+# governor (core/cpu_load.py).
+SOLVE_PATH = ("specscale_cli/solve.py", "specscale_cli/run_plan.py", "specscale_cli/inputs.py",
+              "specscale_cli/run_dir.py", "specscale_cli/options.py", "specscale_cli/signals.py",
+              "core/solver.py", "core/io/output_folder.py", "core/io/resume.py", "core/io/writers.py")
+MAX_PARAMETERS = 6
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """Positional (incl. positional-only) and keyword-only parameters, and ``*args``/``**kwargs``
+    as one each, without ``self``/``cls``."""
+    a = fn.args
+    names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    if a.vararg is not None:
+        names.append(f"*{a.vararg.arg}")
+    if a.kwarg is not None:
+        names.append(f"**{a.kwarg.arg}")
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def test_no_function_in_the_solve_path_takes_more_than_six_parameters():
+    """What a run is reads in one place, the :class:`specscale_cli.run_plan.RunPlan`: the functions
+    of :data:`SOLVE_PATH` (module level, methods and nested functions alike) take the plan and the
+    live objects (signals, cleanup, progress), not loose values. `solve` itself takes its flags as
+    one ``**flags`` (one keyword per click option above it) and turns them into the plan at once."""
+    wide = []
+    for rel in SOLVE_PATH:
+        path = ROOT / rel
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                params = _parameters(node)
+                if len(params) > MAX_PARAMETERS:
+                    wide.append(f"{rel}:{node.lineno} {node.name}({', '.join(params)})")
+    assert not wide, f"more than {MAX_PARAMETERS} parameters:\n" + "\n".join(wide)

@@ -97,7 +97,7 @@ def test_usage_error_answers_at_once(tmp_path, case):
 def test_csv_parquet_and_json_problems_files_are_read_as_tables(tmp_path):
     """A table given as PROBLEMS goes through `datasets`, never line by line as JSON."""
     from core.io.problems import Problem
-    from specscale_cli.inputs import open_input
+    from specscale_cli.inputs import InputChoice, open_input
 
     rows = [{"id": "a", "problem": "What is 1+1?", "answer": "2"}, {"id": "b", "problem": "What is 2+2?", "answer": 4}]
     csv = tmp_path / "p.csv"
@@ -105,7 +105,7 @@ def test_csv_parquet_and_json_problems_files_are_read_as_tables(tmp_path):
     js = tmp_path / "p.json"
     js.write_bytes(orjson.dumps(rows))
     for path in (csv, js):
-        got = list(open_input(str(path), None, None, None, False, 0, None, None, "answer", "id").open())
+        got = list(open_input(InputChoice(problems=str(path))).open())
         assert [(p.id, p.problem, p.answer) for p in got if isinstance(p, Problem)] == [
             ("a", "What is 1+1?", "2"), ("b", "What is 2+2?", "4")], path
 

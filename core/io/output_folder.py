@@ -232,6 +232,8 @@ class PreparedOutput:
         done: records of an earlier run that a resumed run skips (empty otherwise).
         previous: the earlier run's run.json on ``--resume`` (None otherwise, or unreadable).
         force: ``--force`` was given (differing settings are accepted).
+        forced_over: with ``--force``, when the earlier run.json records other settings: those
+            settings (all of it but its info part), for this run's run.json to keep; None otherwise.
         notes: one-line notices for the user (leftovers removed, a repaired answers file, a
             run.json moved aside), in the order they happened.
     """
@@ -243,6 +245,7 @@ class PreparedOutput:
     notes: list[str] = field(default_factory=list)
     previous: dict | None = None
     force: bool = False
+    forced_over: dict | None = None
 
     def close(self) -> None:
         """Release the lock; the folder and its content stay."""
@@ -261,7 +264,22 @@ class PreparedOutput:
             pass
 
 
-def prepare_output(out: Path, config: dict, *, overwrite: bool, resume: bool, force: bool, traces: bool = True,
+@dataclass(frozen=True)
+class FolderMode:
+    """What a run does with what an earlier run left in its output folder: the `solve` flags of the
+    same names.
+
+    overwrite: delete the earlier answers, traces, run.json and summary first.
+    resume: keep the earlier records and solve only the problems without one.
+    force: with ``resume``, go on even when run.json is unreadable or records other settings.
+    """
+
+    overwrite: bool = False
+    resume: bool = False
+    force: bool = False
+
+
+def prepare_output(out: Path, config: dict, mode: FolderMode, *, traces: bool = True,
                    command: str = "") -> PreparedOutput:
     """Check, lock and clean ``out`` for a run, and read what a resumed run must skip.
 
@@ -269,14 +287,15 @@ def prepare_output(out: Path, config: dict, *, overwrite: bool, resume: bool, fo
     real write; then ``overwrite`` deletes the earlier answers, traces, run.json and summary;
     without ``resume`` a folder holding answers is refused; with ``resume`` run.json must be a
     readable run config whose settings equal ``config`` (``force`` goes on anyway: an unreadable
-    run.json is moved aside, differing settings are kept in ``config["info"]["forced_over"]``, and
-    the run rewrites run.json) and ``answers.jsonl`` is scanned and repaired. On any error the lock is released and a folder
-    this call created is removed again.
+    run.json is moved aside, the earlier settings that differ are kept in
+    :attr:`PreparedOutput.forced_over`, and the run rewrites run.json) and ``answers.jsonl`` is
+    scanned and repaired. On any error the lock is released and a folder this call created is
+    removed again. ``config`` is not changed.
 
     Args:
         out: the output folder.
         config: this run's run.json content (see :func:`core.io.resume.config_differences`).
-        overwrite / resume / force: the `solve` flags of the same names.
+        mode: --overwrite, --resume and --force (:class:`FolderMode`).
         traces: whether the run writes traces (a file named ``traces`` is then in the way).
         command: the run's command line, noted in the lock file for a second run's message.
 
@@ -286,6 +305,7 @@ def prepare_output(out: Path, config: dict, *, overwrite: bool, resume: bool, fo
     Raises:
         OutputFolderError: any reason the folder cannot serve this run, in one line.
     """
+    overwrite, resume, force = mode.overwrite, mode.resume, mode.force
     if resume and overwrite:
         raise OutputFolderError("--resume keeps the answers in OUT and --overwrite deletes them: pass one of them")
     if force and not resume:
@@ -434,7 +454,7 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
         raise _other_settings(run_json, diffs)
     if diffs:
         # run.json gets this run's settings; keep those the earlier answers were made with
-        config.setdefault(INFO_KEY, {})["forced_over"] = {k: v for k, v in previous.items() if k != INFO_KEY}
+        prepared.forced_over = {k: v for k, v in previous.items() if k != INFO_KEY}
     try:
         prepared.done = scan_answers(answers)
     except OSError as exc:
