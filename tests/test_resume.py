@@ -212,6 +212,23 @@ def test_resume_refuses_other_settings_unless_force(reference, tiny_dir, tmp_pat
     assert res.exit_code == 0 and "nothing to do" in res.output
 
 
+def test_forced_resume_keeps_the_earlier_settings_in_run_json(reference, tiny_dir, tmp_path):
+    """run.json gets this run's settings and keeps those the earlier answers were made with; a
+    later resume with this run's settings goes on without --force."""
+    out = _copy_run(reference, tmp_path / "out")
+    earlier = orjson.loads((out / RUN_FILENAME).read_bytes())
+    res = run_solve([str(GSM8K), "--limit", "4", "-o", str(out), "--resume", "--temperature", "0.5", "--force"],
+                    tiny_dir)
+    assert res.exit_code == 0, res.output
+    written = orjson.loads((out / RUN_FILENAME).read_bytes())
+    assert written["search"]["temperature"] == 0.5 and earlier["search"]["temperature"] == 0.8
+    assert written["info"]["forced_over"] == {k: v for k, v in earlier.items() if k != "info"}
+    assert written["models"]["max_model_len"] == earlier["models"]["max_model_len"] == 1024
+    assert len(records(out)) == 4
+    res = run_solve([str(GSM8K), "--limit", "4", "-o", str(out), "--resume", "--temperature", "0.5"], tiny_dir)
+    assert res.exit_code == 0 and "nothing to do" in res.output
+
+
 def test_limit_and_concurrency_may_change_on_resume(reference, tiny_dir, tmp_path):
     out = _copy_run(reference, tmp_path / "out")
     res = run_solve([str(GSM8K), "--limit", "2", "--max-concurrent", "1", "-o", str(out), "--resume"], tiny_dir)
