@@ -2,8 +2,9 @@
 
 The order of work is what makes mistakes cheap: flags, preset, models named, the input's first
 records and the output folder are all checked before torch is imported or a model loads, so a
-usage error answers in well under a second (exit 2). Then the models load, ``run.json`` is
-written and the search runs; every answer record is on disk as soon as its problem finishes.
+usage error answers in well under a second (exit 2); what they decide is one
+:class:`~specscale_cli.run_plan.RunPlan`, which the rest of the run reads. Then the models load,
+``run.json`` is written and the search runs; every answer record is on disk as soon as its problem finishes.
 A run ends in one of these ways, each with ``summary.json`` written for what was done:
 
 - 0 every problem got an answer record; 1 some became error records;
