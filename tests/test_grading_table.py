@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "tests" / "data" / "grading_table.jsonl"
 # the kinds of answer form of issue 25, and everyday forms
 KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "exact", "sets-lists", "intervals",
-         "pm-and", "degrees-units", "rhs", "roots-powers", "forms"}
+         "pm-and", "degrees-units", "rhs", "roots-powers", "forms",
+         # no answer marker: the answer the last sentence states; a made-up next question after "the answer is"
+         "closing", "runon-question"}
 
 
 def _rows() -> list[dict]:

@@ -224,6 +224,7 @@ def _prepare(ans: str) -> str:
     s = _DEGREES.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = _LATEX_THOUSANDS.sub(r"\1,", s)
+    s = s.replace("{:}", ":")  # LaTeX's colon without spacing: 7{:}30
     s = _drop_spacing(s)
     s = _SCIENTIFIC.sub(_scientific_to_decimal, s)
     s = re.sub(r"\s+", " ", s)

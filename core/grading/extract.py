@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import dataclass
 
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
-           "extract_answer", "normalise_unicode"]
+           "extract_answer", "closing_answer", "normalise_unicode"]
 
 # The negative lookahead keeps macros that merely start with these names
 # (e.g. a user-defined ``\boxedanswer``) from being taken for a box.
@@ -36,6 +36,9 @@ _ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:final[ \t]+)?answer[ \t*_]*[:：]"
 _HASH_LINE = re.compile(r"####(?![ \t]*(?:[A-Za-z]{2}|\(?[A-Za-z0-9]{1,3}[.):][ \t]+[A-Za-z]))[ \t]*(\S[^\n]*)$",
                         re.MULTILINE)
 
+# A line that opens a new problem, as in the few-shot prompts models continue after their answer
+_NEXT_QUESTION = re.compile(r"^[ \t>*_#]*(?:question|q|problem)(?:[ \t]*\d+)?[ \t*_]*[:：.][ \t*_]*\S",
+                            re.IGNORECASE | re.MULTILINE)
 # A number as written in prose: digits (thousands groups kept together, see _THOUSANDS_RUN), a
 # decimal part, an exponent (``4e-3``).
 _NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
@@ -403,17 +406,26 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
         expr = leading_expression(sentence[num.start():])
         if expr is not None:
             return expr, _LATER_EXPRESSION
-    return sentence.rstrip(".").strip() or None, _WORDS
+    # a word answer in quotes or emphasis: "even", *Evelyn*
+    return sentence.rstrip(".").strip().strip("\"'“”‘’*_").strip() or None, _WORDS
 
 
 def _solution_part(text: str) -> tuple[str, re.Match | None]:
     """The text up to the end of its first GSM8K answer line (``#### 18``), and that line's match.
 
     A model that writes ``#### 18`` and goes on to invent a new problem ending in ``#### 7``
-    answered 18: the first ``####`` closes the solution. Without such a line the text is whole.
+    answered 18: the first ``####`` closes the solution. So does a new question after a stated
+    answer: a line opening ``Question:``, ``Q:`` or ``Problem 2:`` (the few-shot layout models
+    continue) once "the answer is X" or a box came before it. Without either the text is whole.
     """
     m = _HASH_LINE.search(text)
-    return (text[:m.end()], m) if m else (text, None)
+    if m:
+        text = text[:m.end()]
+    for question in _NEXT_QUESTION.finditer(text):
+        before = text[:question.start()]
+        if _ANSWER_PHRASE.search(before) or _ANSWER_LABEL.search(before) or _BOX_CMD.search(before):
+            return before, (m if m and m.end() <= question.start() else None)
+    return text, m
 
 
 def extract_answer(text: str) -> str | None:
@@ -474,4 +486,99 @@ def extract_answer(text: str) -> str | None:
         ans, _ = _phrase_answer(text[m.end():])
         if ans:
             return ans
+    return closing_answer(text)
+
+
+# A conclusion's verb or sign, after which its answer comes: "Therefore, the area is 12", "so x = 4"
+_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|=|(?<!\d):(?=\s)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=[A-Z*$\\(])")
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of ``text``: its lines, each split after ``.``/``!``/``?``, never inside math (a
+    decimal point or a ``.`` in LaTeX stays). Lines first, since a dollar sign written as currency
+    (``$75.00``) would otherwise pair with one on a later line into a "math segment"."""
+    out = []
+    for line in text.splitlines():
+        spans = [(a, b) for a, b, _ in math_segments(line)]
+        start = 0
+        for cut in _SENTENCE_END.finditer(line):
+            if any(a < cut.start() < b for a, b in spans):
+                continue
+            out.append(line[start:cut.start()])
+            start = cut.end()
+        out.append(line[start:])
+    return [s.strip() for s in out if s.strip()]
+
+
+def _outside_math(sentence: str, pattern: re.Pattern) -> list[re.Match]:
+    spans = [(a, b) for a, b, _ in math_segments(sentence)]
+    return [m for m in pattern.finditer(sentence) if not any(a <= m.start() < b for a, b in spans)]
+
+
+def _math_answer(sentence: str) -> str | None:
+    """The answer a sentence states in math: its last run of math segments (joined by "," / "and" /
+    "or"), with the unit written after a lone number; in a chain ``5 + 3 = 8`` the value after the
+    last ``=``, while a named value (``x = 4``, ``P = (8, -2)``) stays whole for the grader."""
+    segments = math_segments(sentence)
+    if not segments:
+        return None
+    first = len(segments) - 1
+    while first > 0 and _SEGMENT_JOINER.match(sentence[segments[first - 1][1]:segments[first][0]]):
+        first -= 1
+    ans, how = _phrase_answer(sentence[segments[first][0]:])
+    return _stated_value(ans) if ans and how == _MATH else None
+
+
+def _stated_value(ans: str) -> str | None:
+    """The value a piece of stated math gives: a congruence's residue, a chain's last value, a
+    named value (``x = 4``) whole for the grader."""
+    if "\\equiv" in ans:  # a congruence states its residue: 17^{-1} \equiv 44 \pmod{83}
+        ans = re.sub(r"\\pmod\s*\{[^{}]*\}|\(\s*\\mod[^()]*\)|\\mod\s*\S+", "", ans.rsplit("\\equiv", 1)[1])
+    elif "=" in ans and not re.fullmatch(r"\s*\\?[A-Za-z]+(?:_\{?\w+\}?)?(?:\([^()]*\))?\s*", ans.split("=", 1)[0]):
+        ans = ans.rsplit("=", 1)[1]  # a chain or an angle: the value after the last "="
+    return ans.strip() or None
+
+
+def closing_answer(text: str) -> str | None:
+    """The answer a solution states in its last sentences when it has no answer marker (no box, no
+    ``####``, no "the answer is", no ``Answer:`` line): "Therefore, $x = \\frac{9}{19}$.", "So she
+    pays $36.00 in all.", "The line is $y = -2x$.".
+
+    Of the last three sentences, the last one that states something: the math or expression after
+    its last "is" / "=" / "equals" / ":" outside math (a name or a word or two when it is the last
+    sentence: "... is Evelyn."), else its math (:func:`_math_answer`), else the first expression that
+    starts with a number (prose rules of :func:`leading_expression`). A sentence that is a question
+    ("What is 2 + 3?") states nothing.
+
+    Args:
+        text: the solution, normalised and cut as :func:`extract_answer` does.
+
+    Returns:
+        The answer string, or None when no such sentence holds math or a number.
+    """
+    sentences = _sentences(text)
+    for sentence in reversed(sentences[-3:]):
+        if sentence.rstrip("*_ ").endswith("?"):
+            continue
+        plain = sentence.replace("**", "")
+        states = _outside_math(plain, _STATES)
+        if states:
+            after = plain[states[-1].end():]
+            ans, how = _phrase_answer(after)
+            if ans and how == _MATH and not re.match(r"[\s:*_]*(?:\$|\\[(\[]|\\[A-Za-z])", after):
+                ans = None  # words before the math ("is all $y \le 0$"): the math alone, below
+            elif ans and how == _MATH:
+                ans = _stated_value(ans)
+            if ans and how in (_MATH, _EXPRESSION, _LATER_EXPRESSION):
+                return ans
+            if ans and how == _WORDS and sentence is sentences[-1] and len(ans.split()) <= 2:
+                return ans  # a named answer closing the solution: "... is Evelyn."
+        ans = _math_answer(plain)
+        if ans:
+            return ans
+        for num in re.finditer(r"(?<![\w.])[-−]?\d", plain):
+            expr = leading_expression(plain[num.start():])
+            if expr is not None:
+                return expr
     return None
