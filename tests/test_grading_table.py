@@ -23,7 +23,9 @@ TABLE = ROOT / "tests" / "data" / "grading_table.jsonl"
 KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "exact", "sets-lists", "intervals",
          "pm-and", "degrees-units", "rhs", "roots-powers", "forms",
          # no answer marker: the answer the last sentence states; a made-up next question after "the answer is"
-         "closing", "runon-question"}
+         "closing", "runon-question",
+         # a check line or an explanation after the answer, an approximation, a.m. and p.m.
+         "check-explain", "approximate", "half-day"}
 
 
 def _rows() -> list[dict]:

@@ -400,7 +400,7 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
         sentence = sentence.rsplit("=", 1)[1].strip()
     expr = leading_expression(sentence)
     if expr is not None:
-        return expr, _EXPRESSION
+        return _with_half_day(expr, sentence), _EXPRESSION
     # prose first ("approximately 18 dollars"): the first expression that starts with a number
     for num in re.finditer(r"(?<![\w.])[-−]?\d", sentence):
         expr = leading_expression(sentence[num.start():])
@@ -408,6 +408,16 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
             return expr, _LATER_EXPRESSION
     # a word answer in quotes or emphasis: "even", *Evelyn*
     return sentence.rstrip(".").strip().strip("\"'“”‘’*_").strip() or None, _WORDS
+
+
+def _with_half_day(expr: str, sentence: str) -> str:
+    """A time keeps the a.m. / p.m. written after it: ``10:20 AM`` is not ``10:20 PM``."""
+    if re.fullmatch(r"\d{1,2}:\d{2}", expr):
+        # right after it, or where the sentence names the same time again ("10:20, so it ends at 10:20 AM")
+        m = re.search(r"(?<![\d:])" + re.escape(expr) + r"[ \t]*([AaPp])\.?[ \t]*[Mm]\.?(?![A-Za-z])", sentence)
+        if m:
+            return f"{expr} {m.group(1).lower()}.m."
+    return expr
 
 
 def _solution_part(text: str) -> tuple[str, re.Match | None]:
@@ -490,6 +500,12 @@ def extract_answer(text: str) -> str | None:
 
 
 # A conclusion's verb or sign, after which its answer comes: "Therefore, the area is 12", "so x = 4"
+_CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence)\b", re.IGNORECASE)
+# A check restates the computation with the answer put in; it answers nothing ("Check: 3(46) - 9 = 129 ✓")
+_CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$",
+                    re.IGNORECASE)
+# An explanation that follows an answer given first ("$13\\sqrt{3}$ units.\n\nExplanation: ...")
+_EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|justification|why)[ \t*_]*[:：]", re.IGNORECASE | re.MULTILINE)
 _STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|=|(?<!\d):(?=\s)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=[A-Z*$\\(])")
 
@@ -530,9 +546,21 @@ def _math_answer(sentence: str) -> str | None:
     return _stated_value(ans) if ans and how == _MATH else None
 
 
+# one term in closed form: [-]a number, a fraction, a root, or a product of a number and a root or pi
+_CLOSED_FORM = re.compile(r"-?(?:\d+(?:\.\d+)?|\\[dt]?frac\{[^{}]+\}\{[^{}]+\})?\s*(?:\\sqrt(?:\[\d\])?\{[^{}]+\}|\\pi)?")
+
+
 def _stated_value(ans: str) -> str | None:
-    """The value a piece of stated math gives: a congruence's residue, a chain's last value, a
-    named value (``x = 4``) whole for the grader."""
+    """The value a piece of stated math gives: a congruence's residue, a chain's last value, the
+    value an approximation ends on (``\\frac{57}{160} \\approx 0.3562``: the model answered the
+    rounded value), a named value (``x = 4``) whole for the grader."""
+    ans = ans.replace("≈", "\\approx ")
+    if "\\approx" in ans:
+        exact, rounded = ans.split("\\approx", 1)
+        exact = exact.rsplit("=", 1)[-1].strip()
+        # an exact closed form given first is the answer (\\sqrt{51} \\approx 7.14); a sum or a
+        # product still to be done is not (1.3 + 1.91 \\approx 3.2: the model answered 3.2)
+        ans = exact if _CLOSED_FORM.fullmatch(exact) else rounded.rsplit("\\approx", 1)[-1]
     if "\\equiv" in ans:  # a congruence states its residue: 17^{-1} \equiv 44 \pmod{83}
         ans = re.sub(r"\\pmod\s*\{[^{}]*\}|\(\s*\\mod[^()]*\)|\\mod\s*\S+", "", ans.rsplit("\\equiv", 1)[1])
     elif "=" in ans and not re.fullmatch(r"\s*\\?[A-Za-z]+(?:_\{?\w+\}?)?(?:\([^()]*\))?\s*", ans.split("=", 1)[0]):
@@ -557,12 +585,24 @@ def closing_answer(text: str) -> str | None:
     Returns:
         The answer string, or None when no such sentence holds math or a number.
     """
-    sentences = _sentences(text)
+    explained = list(_EXPLANATION.finditer(text))
+    if explained and explained[-1].start() > 0 and text[:explained[-1].start()].strip():
+        # the answer first, then its explanation: the answer is what came before the label
+        head = closing_answer(text[:explained[-1].start()])
+        if head:
+            return head
+    sentences = [s for s in _sentences(text) if not _CHECK.match(s)]
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
         plain = sentence.replace("**", "")
         states = _outside_math(plain, _STATES)
+        segments = math_segments(plain)
+        if segments and (not states or states[-1].start() < segments[-1][0]):
+            # the sentence's last statement is its math: "gives $2x = 14$, so $x = 7$"
+            ans = _math_answer(plain)
+            if ans:
+                return ans
         if states:
             after = plain[states[-1].end():]
             ans, how = _phrase_answer(after)
@@ -577,8 +617,12 @@ def closing_answer(text: str) -> str | None:
         ans = _math_answer(plain)
         if ans:
             return ans
-        for num in re.finditer(r"(?<![\w.])[-−]?\d", plain):
-            expr = leading_expression(plain[num.start():])
+        # in prose, the clause after the last "so" / "thus" / "therefore" / "hence" concludes
+        conclusions = list(_CONCLUDES.finditer(plain))
+        clause = plain[conclusions[-1].end():] if conclusions and re.search(r"\d", plain[conclusions[-1].end():]) \
+            else plain
+        for num in re.finditer(r"(?<![\w.])[-−]?\d", clause):
+            expr = leading_expression(clause[num.start():])
             if expr is not None:
-                return expr
+                return _with_half_day(expr, clause[num.start():])
     return None
