@@ -20,6 +20,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, Qwen2Config, Qwen2ForCausalLM
 
+from conftest import reference_mode
 from test_prm_adapters import PROBLEMS, STEPS, score_tree
 
 from core.models.loader import LoadedModel, ModelLoadError, load_model
@@ -119,13 +120,8 @@ def trl_reference(model, tok, problem, steps) -> list[float]:
 
 def decoder_hidden(decoder, ids) -> torch.Tensor:
     """Last hidden states ``[T, hidden]`` of a stock `transformers` decoder (sdpa attention)."""
-    prev = decoder.config._attn_implementation
-    decoder.set_attn_implementation("sdpa")
-    try:
-        with torch.inference_mode():
-            return decoder(torch.tensor([ids])).last_hidden_state[0].float()
-    finally:
-        decoder.set_attn_implementation(prev)
+    with reference_mode(decoder):
+        return decoder(torch.tensor([ids])).last_hidden_state[0].float()
 
 
 def path_steps(p: int, path: str) -> list[str]:

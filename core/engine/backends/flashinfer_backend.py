@@ -101,23 +101,24 @@ class FlashInferBackend(AttentionBackend):
         self.keys_seen: set[tuple] = set()
 
     # ------------------------------------------------------------------ host arrays
+    def _host_flat(self, arrays: tuple[list[int], ...]) -> torch.Tensor:
+        """One int32 host buffer holding ``arrays`` end to end (pinned on CUDA)."""
+        flat = [x for a in arrays for x in a]
+        pin = self.device.type == "cuda"
+        return (torch.tensor(flat, dtype=torch.int32, device="cpu", pin_memory=pin) if flat
+                else torch.zeros(0, dtype=torch.int32, device="cpu"))
+
     def host_int32(self, *arrays: list[int]) -> list[torch.Tensor]:
         """int32 host tensors of ``arrays`` (one pinned buffer on CUDA), as FlashInfer's ``plan()``
         takes them: it reads lengths on the host and copies the arrays to the device without a
         device-to-host synchronisation (device-resident indptr arrays would need one)."""
-        flat = [x for a in arrays for x in a]
-        pin = self.device.type == "cuda"
-        host = (torch.tensor(flat, dtype=torch.int32, device="cpu", pin_memory=pin) if flat
-                else torch.zeros(0, dtype=torch.int32, device="cpu"))
-        return list(torch.split(host, [len(a) for a in arrays]))
+        return list(torch.split(self._host_flat(arrays), [len(a) for a in arrays]))
 
     def device_int32(self, *arrays: list[int]) -> list[torch.Tensor]:
-        """int32 tensors of ``arrays`` on the device, moved in one non-blocking copy from pinned memory."""
-        host = self.host_int32(*arrays)
-        if not host:
-            return []
-        flat = torch.cat(host) if len(host) > 1 else host[0]
-        return list(torch.split(flat.to(self.device, non_blocking=True), [len(a) for a in arrays]))
+        """int32 tensors of ``arrays`` on the device, moved in one non-blocking copy of one pinned
+        host buffer (a copy from pageable memory would make the host wait)."""
+        device = self._host_flat(arrays).to(self.device, non_blocking=True)
+        return list(torch.split(device, [len(a) for a in arrays]))
 
     def rows_tensor(self, rows: list[int]) -> torch.Tensor:
         """Packed-row indices on the device (through pinned memory on CUDA: no host-device wait)."""
