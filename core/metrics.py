@@ -211,7 +211,10 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         prm_mean_batch_tokens (input tokens per PRM call), prm_mean_batch_computed_tokens,
         prm_queued_s (summed over tasks), pruned_ep (candidates pruned by EP's two rules),
         pruned_by_rule and cancelled_by_rule (see :class:`~core.search.beam_search.PruneCounts`),
-        cd_saved_tokens, generation_s, verification_s, peak_rss_bytes (the most resident memory
+        cd_saved_tokens, speculation_budget (tokens per generator step speculative work may fill up to,
+        None: no budget), speculation_budget_source (``measured``, ``cached``, ``set`` or ``off``),
+        speculation_bound_steps (generator steps in which the budget held speculative work back),
+        generation_s, verification_s, peak_rss_bytes (the most resident memory
         this process has held, see :func:`core.memory.peak_rss_bytes`) and grading_timeouts
         (math-verify calls stopped at their time limit, see :func:`core.grading.equivalence.grading_stats`).
     """
@@ -258,6 +261,9 @@ def snapshot(stats, engine, verifier, counts: dict, total: int | None = None,
         "pruned_by_rule": pruned,
         "cancelled_by_rule": dict(sorted(stats.prunes.cancelled.items())),
         "cd_saved_tokens": stats.cd_saved_tokens,
+        "speculation_budget": stats.speculation_budget,
+        "speculation_budget_source": stats.speculation_budget_source,
+        "speculation_bound_steps": engine.scheduler.num_budget_bound_steps,
         "generation_s": stats.generation_seconds,
         "verification_s": vs.seconds,
         "peak_rss_bytes": peak_rss_bytes(),

@@ -61,8 +61,9 @@ class SearchBenchPlan:
         head = {"problems_file": self.problems_file, "problems": len(self.problems),
                 "beam_size": self.search.beam_size, "beam_width": self.search.beam_width,
                 "max_concurrent": self.max_concurrent}
+        head["repeats"] = self.repeats
         if not self.studies:
-            head.update(request_rates=list(self.rates), repeats=self.repeats)
+            head["request_rates"] = list(self.rates)
         return {**head, "generator": self.settings.generator, "prm": self.settings.prm,
                 "scorer": self.settings.scorer, "search": dataclasses.asdict(self.search)}
 
@@ -109,14 +110,15 @@ def plan_search_bench(flags: dict) -> SearchBenchPlan:
               default="examples/math500_sample.jsonl", show_default=True, help="JSONL problems (id, problem, answer).")
 @click.option("--limit", type=click.IntRange(min=1), default=16, show_default=True, help="First K problems.")
 @click.option("--policies", default="non-spec,naive-spec,fasttts,specscale:ep,specscale:ep+cd,specscale:ep+cd+lv",
-              show_default=True, help="Comma-separated policy specs (specscale:ep, :cd, :lv and '+' combinations).")
+              show_default=True, help="Comma-separated policy specs (specscale:ep, :cd, :lv and '+' combinations); a speculative one "
+                   "may end in @off, @auto or @ROWS for its speculation budget (specscale:ep+cd+lv@off: none).")
 @click.option("--max-concurrent", type=click.IntRange(min=1), default=16, show_default=True,
               help="Problems searched at once.")
 @click.option("--request-rates", default="", help="Poisson arrival rates in problems/s for latency runs, e.g. 0.05,0.1.")
 @click.option("--arrival-seed", type=int, default=0, show_default=True, help="Seed of the arrival process.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Throughput runs per policy, in rounds; figures are the median run, ratios the median "
-                   "same-round ratio.")
+              help="Runs per policy (and per study point), in rounds; figures are the median run, ratios the "
+                   "median same-round ratio.")
 @click.option("--beam-sizes", default="", metavar="N1,N2,...",
               help="Beam-size study instead of the comparison: normalized latency and peak KV blocks of every "
                    "policy at each beam size N (e.g. 4,8,16,32; M as set).")
@@ -168,22 +170,26 @@ def _studies(plan: SearchBenchPlan, models, console, on_run) -> dict:
     if plan.beam_sizes:
         result["beam_size_study"] = run_beam_size_study(models, plan.settings, problems, plan.search,
                                                         list(plan.policies), list(plan.beam_sizes),
-                                                        plan.max_concurrent, on_run)
+                                                        plan.max_concurrent, on_run, repeats=plan.repeats)
         console.print(study_table(result["beam_size_study"], "beam size N", [
             ("norm. latency ms/tok", "normalized_latency_s_per_token", 1000), ("peak KV blocks", "peak_kv_blocks", 1),
-            ("latency vs non-spec", "normalized_latency_vs_nonspec", 1)]))
+            ("latency vs non-spec", "normalized_latency_vs_nonspec", 1), ("goodput", "goodput", 1),
+            ("goodput vs non-spec", "goodput_ratio_vs_nonspec", 1)]))
         written += [write_study_csv(out / "beam_sizes.csv", result["beam_size_study"], "beam_size"),
                     write_study_plot(out / "beam_sizes.png", result["beam_size_study"], "beam size N",
                                      [("normalized_latency_s_per_token", "normalized latency (ms / answer token)",
                                        1000), ("peak_kv_blocks", "peak KV blocks", 1)])]
     if plan.concurrency:
         result["concurrency_study"] = run_concurrency_study(models, plan.settings, problems, plan.search,
-                                                            list(plan.policies), list(plan.concurrency), on_run)
+                                                            list(plan.policies), list(plan.concurrency), on_run,
+                                                            repeats=plan.repeats)
         console.print(study_table(result["concurrency_study"], "problems in flight", [
-            ("out tok/s", "throughput", 1), ("vs non-spec", "ratio_vs_nonspec", 1)]))
+            ("out tok/s", "throughput", 1), ("vs non-spec", "ratio_vs_nonspec", 1), ("goodput", "goodput", 1),
+            ("goodput vs non-spec", "goodput_ratio_vs_nonspec", 1)]))
         written += [write_study_csv(out / "concurrency.csv", result["concurrency_study"], "concurrency"),
                     write_study_plot(out / "concurrency.png", result["concurrency_study"], "problems in flight",
-                                     [("throughput", "output tokens / s", 1)])]
+                                     [("throughput", "output tokens / s", 1),
+                                      ("goodput", "answer tokens / s (goodput)", 1)])]
     write_atomically(out / "results.json", orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     console.print("wrote " + ", ".join(str(p) for p in written))
     return result

@@ -95,6 +95,15 @@ def _bar(done: int, total: int | None, width: int = 30) -> Text:
     return bar
 
 
+def _speculation(snap: dict) -> str:
+    """The speculation budget in force: rows per step, where it came from, how often it held back."""
+    budget = snap["speculation_budget"]
+    source = {"measured": "the measured knee", "cached": "the knee, cached", "set": "set"}.get(
+        snap.get("speculation_budget_source"), "")
+    return (f"speculation up to {_int(budget)} rows per step ({source}) · held back in "
+            f"{_n(snap.get('speculation_bound_steps') or 0, 'step')}")
+
+
 def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_WIDTH) -> Panel:
     """The live panel for one :func:`core.metrics.snapshot`, ``width`` columns wide (borders included).
 
@@ -132,6 +141,8 @@ def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_
         ("accuracy", _accuracy(snap)),
         ("errors", Text(str(snap["errors"]), style="bold red" if snap["errors"] else "")),
     ]
+    if snap.get("speculation_budget") is not None:  # the same for a whole run: the panel keeps its height
+        rows.insert(-3, ("budget", _speculation(snap)))
     rows += _replica_rows(snap.get("replicas"))
     body = Text(no_wrap=True, overflow="ellipsis")
     for i, (label, value) in enumerate(rows):
@@ -188,7 +199,10 @@ def log_line(snap: dict) -> str:
             f"PRM-KV {snap['prm_kv_blocks_used']}/{snap['prm_kv_blocks_total']} | queue {snap['queue_tasks']} tasks "
             f"{snap['queue_tokens']} tok | PRM calls {snap['prm_calls']} "
             f"({_triggers(snap['flushes_by_trigger'], ', ')}) | EP pruned {snap['pruned_ep']} | "
-            f"CD saved {snap['cd_saved_tokens']} tok | gen {snap['generation_s']:.1f}s "
+            f"CD saved {snap['cd_saved_tokens']} tok | "
+            + (f"spec budget {snap['speculation_budget']} rows, held {snap.get('speculation_bound_steps') or 0} steps | "
+               if snap.get("speculation_budget") is not None else "")
+            + f"gen {snap['generation_s']:.1f}s "
             f"PRM {snap['verification_s']:.1f}s"
             + (f" threads {snap['torch_threads']}" if snap.get("torch_threads") else "")
             + f" | acc {acc}"
@@ -218,6 +232,8 @@ def summary_table(summary: dict) -> Table:
     table.add_row("cancelled", f"{_n(sum(s['cancelled_by_rule'].values()), 'candidate')} never needed "
                                f"({_rules(s['cancelled_by_rule'])})")
     table.add_row("CD", f"{_int(s['cd_saved_tokens'])} tokens computed once for several candidates")
+    if s.get("speculation_budget") is not None:
+        table.add_row("budget", _speculation(s))
     busy = s["generation_s"] + s["verification_s"]
     table.add_row("time", f"generation {s['generation_s']:.1f} s ({_share(s['generation_s'], busy)}), "
                           f"verification {s['verification_s']:.1f} s ({_share(s['verification_s'], busy)})")

@@ -10,6 +10,7 @@ import click
 
 from .cache_cmd import cache
 from .presets_cmd import presets
+from .profile_knee import profile_knee
 from .profile_threshold import profile_threshold
 from .solve import solve
 from .trace import trace
@@ -66,6 +67,7 @@ def cli(verbose):
 cli.add_command(solve)
 cli.add_command(trace)
 cli.add_command(profile_threshold)
+cli.add_command(profile_knee)
 cli.add_command(presets)
 cli.add_command(cache)
 

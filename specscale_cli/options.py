@@ -53,6 +53,10 @@ _SEARCH_OPTIONS = [
     (("--select",), "select", click.Choice(list(SELECTIONS)),
      "How pred is chosen among the N completions (every record keeps all three). "
      + "; ".join(f"{k}: {v}" for k, v in SELECTIONS.items()) + "."),
+    (("--speculation-budget",), "speculation_budget", str,
+     "naive-spec, specscale: speculative children fill each generator step only up to this many rows, after "
+     "the rows that are sure to be kept: auto (the generator's measured batch-size knee, cached; see `specscale "
+     "profile-knee`), a number, or off."),
     (("--system-prompt",), "system_prompt", str,
      "The generator's system turn ('' for none); \\n \\t \\r \\\\ are understood, other backslashes (\\boxed) kept."),
 ]
@@ -189,6 +193,22 @@ def prm_options(fn=None, *, with_scorer: bool = True):
     return functools.wraps(fn)(fn)
 
 
+def generator_options(fn):
+    """Add preset, generator-model and engine options (no PRM, no search flags) to a click command,
+    for commands that run only the generator (`profile-knee`); values go through :func:`build_settings`."""
+    opts = [
+        click.option("--preset", default=None, help="Preset name (see presets/) or a .toml path. Default: smollm2-cpu."),
+        click.option("--kv-cache-gb", type=click.FloatRange(min=0.001), default=None, help=_KV_HELP.format("Generator")),
+        click.option("--enforce-eager", is_flag=True, help=_ENFORCE_EAGER_HELP),
+    ]
+    for flags, dest, typ, help_ in _MODEL_OPTIONS:
+        if dest not in ("prm", "scorer"):
+            opts.append(click.option(*flags, dest, type=typ, default=None, help=help_))
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return functools.wraps(fn)(fn)
+
+
 def build_settings(opts: dict):
     """Merge preset and flags into ``(ModelSettings, SearchConfig, policy)``.
 
@@ -207,6 +227,9 @@ def build_settings(opts: dict):
         raise click.UsageError(str(exc)) from exc
     chooses_policy = "policy" in opts
     policy = opts.pop("policy", "non-spec")
+    if chooses_policy and policy not in ("specscale", "naive-spec") and opts.get("speculation_budget") is not None:
+        raise click.UsageError(f"--speculation-budget: only the speculative policies naive-spec and specscale have a "
+                               f"speculation budget; this run uses --policy {policy}")
     if chooses_policy and policy != "specscale":
         # EP, CD and LV exist only in the specscale policy: a flag for them would silently do nothing
         given = [flag for dest, flag in _SPECSCALE_FLAGS.items() if opts.get(dest) is not None]

@@ -12,11 +12,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import tempfile
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# batch-size knees of the tiny test models go to a folder of this session, not the user's cache
+os.environ.setdefault("SPECSCALE_KNEE_CACHE", tempfile.mkdtemp(prefix="specscale-knee-"))
 
 from core.engine.engine import EngineConfig, GenerationEngine  # noqa: E402
 from core.engine.sequence import SamplingParams, StopCriteria  # noqa: E402

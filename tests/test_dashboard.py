@@ -180,7 +180,8 @@ SUMMARY_KEYS = {
     "prm_computed_tokens", "prm_mean_batch_tasks", "prm_mean_batch_tokens", "prm_mean_batch_computed_tokens",
     "prm_queued_s", "pruned_ep", "pruned_by_rule", "cancelled_by_rule", "cd_saved_tokens", "generation_s",
     "verification_s", "peak_rss_bytes", "grading_timeouts", "config", "accuracy_best", "accuracy_weighted",
-    "accuracy_majority", "accuracy_at_n", "torch_threads", "session",
+    "accuracy_majority", "accuracy_at_n", "torch_threads", "session", "speculation_budget",
+    "speculation_budget_source", "speculation_bound_steps",
 }
 
 
@@ -190,6 +191,9 @@ def test_solve_writes_summary_json(tiny_dir, tmp_path):
     assert res.exit_code == 0, res.output
     summary = orjson.loads((out / "summary.json").read_bytes())
     assert set(summary) == SUMMARY_KEYS
+    # the speculation budget in force: specscale's default "auto" is the generator's measured knee
+    assert summary["speculation_budget_source"] in ("measured", "cached")
+    assert 1 <= summary["speculation_budget"] <= 256 and summary["config"]["search"]["speculation_budget"] == "auto"
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # written atomically: no temp file left
     recs = records(out)
     assert summary["problems_total"] == summary["problems_answered"] == len(recs) == 3
@@ -301,7 +305,8 @@ def test_panel_keeps_one_width_and_cuts_rows(run):
     for width in (40, 60, 100):
         lines = _panel_text(snap, width).splitlines()
         assert {len(line) for line in lines} == {width}  # every row cut to the width: no wrap, no stale copy
-        assert len(lines) == 13  # eleven rows and two borders at any width
+        # eleven rows (twelve with a speculation budget) and two borders at any width
+        assert len(lines) == 13 + (snap.get("speculation_budget") is not None)
         if width >= 60:  # the progress bar gives way before the clock: count, elapsed and ETA stay whole
             assert f"3/3  elapsed {_clock(snap['wall_s'])}  ETA 0:00:00 " in lines[1], lines[1]
     progress = f"3/3  elapsed {_clock(snap['wall_s'])}  ETA 0:00:00"

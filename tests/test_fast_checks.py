@@ -47,6 +47,12 @@ CASES = {
     "a CSV without the field": (lambda d: [str(_csv(d))], "no column 'problem' or 'question' (columns: prompt, id)"),
     "a CSV with a header and no row": (lambda d: [str(_write_text(d / "h.csv", "problem,answer\n"))],
                                        "h.csv: no problems (the file has no data rows)"),
+    "a speculation budget under non-spec": (
+        lambda d: [str(GSM8K), "--policy", "non-spec", "--speculation-budget", "8"],
+        "--speculation-budget: only the speculative policies naive-spec and specscale have a speculation budget"),
+    "a malformed speculation budget": (
+        lambda d: [str(GSM8K), "--policy", "specscale", "--speculation-budget", "lots"],
+        "speculation budget must be 'auto', 'off' or a number of rows >= 1, got 'lots'"),
     "unknown model path": (lambda d: [str(GSM8K), "--generator", "./no-model"], "--generator ./no-model: no such model"),
     "hub name offline": (lambda d: [str(GSM8K), "--generator", "org/not-cached"],
                          "--generator org/not-cached: not in the local Hugging Face cache, and HF_HUB_OFFLINE=1"),

@@ -117,6 +117,6 @@ def test_dry_run_goes_through_every_step_on_cpu(tmp_path):
     assert set(report["bench_engine"]["goals"]) == {
         "engine / HF generate, mixed lengths (goal >= 1.5)", "batch-1 decode step / weights-read bound",
         "batch-4 decode step / weights-read bound (goal <= 2)"}
-    assert set(report["bench_search"]["policies"]) == {"non-spec", "specscale:ep+cd+lv"}
+    assert set(report["bench_search"]["policies"]) == {"non-spec", "specscale:ep+cd+lv@off", "specscale:ep+cd+lv"}
     assert report["flashinfer"] == {"note": "dry run on CPU: flashinfer needs CUDA"}
     assert "gpu-check: ok; wrote" in proc.stdout

@@ -59,6 +59,11 @@ def baseline(tiny_chat):
     ("specscale", dict(early_pruning=False, dedup=True)),
     ("specscale", dict(early_pruning=True, dedup=True, lazy_verification=False)),
     ("specscale", dict(early_pruning=True, dedup=True, lazy_verification=True, lv_threshold=512)),
+    # the speculation budget changes only when work runs: tightest budget, a middling one, none
+    ("specscale", dict(speculation_budget=1)),
+    ("specscale", dict(speculation_budget=6, lv_threshold=512)),
+    ("specscale", dict(speculation_budget=None)),
+    ("naive-spec", dict(speculation_budget=2)),
 ])
 def test_same_selections_and_answers_as_non_spec(tiny_chat, baseline, policy, kw):
     _, base_results, base_searches = baseline
@@ -179,3 +184,23 @@ def test_lazy_verification_batches_prm_calls(tiny_chat):
     assert set(lv.by_trigger) <= {"sibling-group", "deferral", "idle"} and sum(lv.by_trigger.values()) == lv.flushes
     assert set(eager.by_trigger) == {"eager"}
     assert rt_lv.engine.pool.num_used == 0
+
+
+def test_budget_holds_speculation_back_and_promotes_the_selected_children(tiny_chat, monkeypatch):
+    from core.engine.engine import GenerationEngine
+
+    promoted = []
+    set_priority = GenerationEngine.set_priority
+    monkeypatch.setattr(GenerationEngine, "set_priority",
+                        lambda self, seq, p: (promoted.append((seq.priority, p)), set_priority(self, seq, p)))
+    rt, results, searches = run_policy(tiny_chat, "specscale", speculation_budget=1)
+    assert rt.engine.scheduler.num_budget_bound_steps > 0
+    # speculative children ran at priority 1 and were raised to 0 when their parent was selected
+    assert promoted and set(promoted) == {(1, 0)}
+    kept = [n for s in searches.values() for n in s.tree.nodes[1:]
+            if n.speculative and n.status in (NodeStatus.SELECTED, NodeStatus.COMPLETED)]
+    assert kept
+    # without a budget nothing is ranked apart
+    promoted.clear()
+    rt, _, _ = run_policy(tiny_chat, "specscale", speculation_budget=None)
+    assert not promoted and rt.engine.scheduler.num_budget_bound_steps == 0

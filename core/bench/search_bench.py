@@ -39,16 +39,43 @@ POLICY_SPECS: dict[str, tuple[str, dict]] = {
 BASELINE = "non-spec"
 
 
-def parse_policies(text: str) -> list[str]:
-    """Policy spec names from a comma-separated list, in order, without repeats.
+def policy_spec(name: str) -> tuple[str, dict]:
+    """``(policy, SearchConfig overrides)`` of a policy spec name: one of :data:`POLICY_SPECS`,
+    optionally with ``@BUDGET`` for a speculative policy's speculation budget (``@off``, ``@auto``,
+    ``@64``; without it the run's ``--speculation-budget``), e.g. ``specscale:ep+cd+lv@off``.
 
     Raises:
-        ValueError: an unknown name (the message lists the known ones).
+        ValueError: an unknown name, a budget on a policy without one, or a malformed budget.
+    """
+    from core.search.config import parse_speculation_budget
+    from core.search.policy import BUDGETED
+
+    base, at, budget = name.partition("@")
+    if base not in POLICY_SPECS:
+        raise ValueError(f"unknown policy {name}; choose from {', '.join(POLICY_SPECS)} (speculative ones may "
+                         f"end in @off, @auto or @ROWS)")
+    policy, overrides = POLICY_SPECS[base]
+    if not at:
+        return policy, overrides
+    if policy not in BUDGETED:
+        raise ValueError(f"{name}: only {' and '.join(BUDGETED)} have a speculation budget")
+    try:
+        return policy, {**overrides, "speculation_budget": parse_speculation_budget(budget)}
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+def parse_policies(text: str) -> list[str]:
+    """Policy spec names (:func:`policy_spec`) from a comma-separated list, in order, without repeats.
+
+    Raises:
+        ValueError: an unknown or malformed name (the message lists the known ones).
     """
     names = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
-    unknown = [p for p in names if p not in POLICY_SPECS]
-    if unknown or not names:
-        raise ValueError(f"unknown policy {', '.join(unknown) or '(none given)'}; choose from {', '.join(POLICY_SPECS)}")
+    if not names:
+        raise ValueError(f"unknown policy (none given); choose from {', '.join(POLICY_SPECS)}")
+    for name in names:
+        policy_spec(name)
     return names
 
 
@@ -133,7 +160,7 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
     speculative = 0
     waits: list[float] = []
     sampler = _Sampler(rt.engine)
-    t0 = time.perf_counter()
+    t0 = 0.0  # set once the driver is built: an "auto" speculation budget is measured (or read) first
 
     def on_result(problem, result, search):
         nonlocal speculative
@@ -163,12 +190,14 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
     driver = SearchDriver(rt.engine, rt.generator.tokenizer, rt.generator.eos_token_ids, rt.verifier, rt.scorer,
                           search_cfg, policy=policy, max_concurrent=max_concurrent, on_result=on_result,
                           on_iteration=sampler)
+    t0 = time.perf_counter()
     stats = driver.run(problems, arrivals=arrivals)
     wall = time.perf_counter() - t0
     v = rt.verifier.stats
     peak_kv, kv_total = rt.engine.pool.peak_used, rt.engine.pool.num_blocks
     logit_rows, engine_steps = rt.engine.total_logit_rows, rt.engine.total_steps
     preemptions = rt.engine.num_preemptions
+    budget, bound_steps = stats.speculation_budget, rt.engine.scheduler.num_budget_bound_steps
     mean_candidates = sampler.mean
     # engines and trees hold no reference cycles: dropping them frees the run's KV pools at once
     del driver, rt, sampler
@@ -209,6 +238,8 @@ def run_policy(models: tuple, settings, problems: Sequence, search_cfg, policy: 
         "pruned": sum(stats.prunes.pruned.values()),
         "cancelled": sum(stats.prunes.cancelled.values()),
         "speculative": speculative,
+        "speculation_budget": budget,
+        "speculation_bound_steps": bound_steps,
     }
 
 
@@ -245,7 +276,7 @@ def run_benchmark(models: tuple, settings, problems: Sequence, search_cfg, polic
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     configs = {}
     for name in policies:
-        policy, overrides = POLICY_SPECS[name]
+        policy, overrides = policy_spec(name)
         configs[name] = (policy, dataclasses.replace(search_cfg, **overrides))
     runs: dict[str, list[dict]] = {name: [] for name in policies}
     for _ in range(repeats):
@@ -292,63 +323,94 @@ def add_ratios(results: dict[str, dict]) -> None:
             res["accuracy_delta_vs_nonspec"] = round(res["accuracy"] - base["accuracy"], 4)
 
 
-def run_beam_size_study(models: tuple, settings, problems: Sequence, search_cfg, policies: Sequence[str],
-                        beam_sizes: Sequence[int], max_concurrent: int, on_run=None) -> dict[str, dict]:
-    """The paper's beam-size study: every policy at every beam size N (M as in ``search_cfg``),
-    all problems issued at once.
+STUDY_FIELDS = ("normalized_latency_s_per_token", "mean_latency_s", "peak_kv_blocks", "wall_s", "throughput",
+                "goodput", "answer_tokens", "mean_concurrent_candidates", "speculation_budget",
+                "speculation_bound_steps")
 
-    Returns:
-        ``{str(N): {policy: {"normalized_latency_s_per_token", "mean_latency_s", "peak_kv_blocks",
-        "wall_s", "throughput", "answer_tokens", "normalized_latency_vs_nonspec"}}}``; the ratio only
-        when non-spec ran (lower is better).
 
-    Raises:
-        ValueError: a beam size not divisible by the beam width.
-    """
-    out: dict[str, dict] = {}
-    for n in beam_sizes:
-        cfg = dataclasses.replace(search_cfg, beam_size=n)  # raises ValueError when M does not divide N
-        row = {}
-        for name in policies:
-            policy, overrides = POLICY_SPECS[name]
-            res = run_policy(models, settings, problems, dataclasses.replace(cfg, **overrides), policy, max_concurrent)
-            if on_run:
-                on_run(f"{name} N={n}", None, res)
-            row[name] = {k: res[k] for k in ("normalized_latency_s_per_token", "mean_latency_s", "peak_kv_blocks",
-                                             "wall_s", "throughput", "answer_tokens")}
-        base = row.get(BASELINE)
-        for res in row.values():
-            if base and base["normalized_latency_s_per_token"]:
-                res["normalized_latency_vs_nonspec"] = round(
-                    res["normalized_latency_s_per_token"] / base["normalized_latency_s_per_token"], 3)
-        out[str(n)] = row
+def _study_cell(runs: list[dict]) -> dict:
+    """One (sweep value, policy) cell: the figures of its median-wall-time run, and every run's wall,
+    throughput and goodput (``*_runs``)."""
+    ordered = sorted(runs, key=lambda r: r["wall_s"])
+    cell = {k: ordered[(len(ordered) - 1) // 2][k] for k in STUDY_FIELDS}
+    for key in ("wall_s", "throughput", "goodput"):
+        cell[f"{key}_runs"] = [r[key] for r in runs]
+    cell["normalized_latency_runs"] = [r["normalized_latency_s_per_token"] for r in runs]
+    return cell
+
+
+def _study_ratios(row: dict[str, dict]) -> None:
+    """Ratios against non-spec in one sweep value's row (in place): each the median of the same-round
+    ratios (a slow spell of a shared machine hits every policy of a round alike)."""
+    base = row.get(BASELINE)
+    if not base:
+        return
+    pairs = (("throughput_runs", "ratio_vs_nonspec", False), ("goodput_runs", "goodput_ratio_vs_nonspec", False),
+             ("normalized_latency_runs", "normalized_latency_vs_nonspec", False))
+    for res in row.values():
+        for key, name, _ in pairs:
+            ratios = [round(x / b, 3) for x, b in zip(res[key], base[key]) if b]
+            res[name] = round(statistics.median(ratios), 3) if ratios else None
+            res[f"{name}_runs"] = ratios
+
+
+def _run_study(models, settings, problems, policies, points: list[tuple[str, Any, int]], repeats: int,
+               label: str, on_run) -> dict[str, dict]:
+    """``repeats`` rounds over every ``(sweep value, SearchConfig, max_concurrent)`` point and policy;
+    a cell is the median run of its rounds (:func:`_study_cell`), ratios as :func:`_study_ratios`."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    runs: dict[str, dict[str, list]] = {value: {name: [] for name in policies} for value, _, _ in points}
+    for _ in range(repeats):
+        for value, cfg, concurrent in points:
+            for name in policies:
+                policy, overrides = policy_spec(name)
+                res = run_policy(models, settings, problems, dataclasses.replace(cfg, **overrides), policy,
+                                 concurrent)
+                runs[value][name].append(res)
+                if on_run:
+                    on_run(f"{name} {label}={value}", None, res)
+    out = {}
+    for value, row_runs in runs.items():
+        row = {name: _study_cell(r) for name, r in row_runs.items()}
+        _study_ratios(row)
+        out[value] = row
     return out
 
 
+def run_beam_size_study(models: tuple, settings, problems: Sequence, search_cfg, policies: Sequence[str],
+                        beam_sizes: Sequence[int], max_concurrent: int, on_run=None,
+                        repeats: int = 1) -> dict[str, dict]:
+    """The paper's beam-size study: every policy at every beam size N (M as in ``search_cfg``),
+    all problems issued at once, in ``repeats`` rounds.
+
+    Returns:
+        ``{str(N): {policy: {...}}}``: per cell the :data:`STUDY_FIELDS` of its median run, each run's
+        ``wall_s_runs``/``throughput_runs``/``goodput_runs``/``normalized_latency_runs``, and when
+        non-spec ran ``ratio_vs_nonspec``, ``goodput_ratio_vs_nonspec`` and
+        ``normalized_latency_vs_nonspec`` (lower is better), each with its ``_runs``.
+
+    Raises:
+        ValueError: a beam size not divisible by the beam width, or ``repeats`` < 1.
+    """
+    # raises ValueError when M does not divide N
+    points = [(str(n), dataclasses.replace(search_cfg, beam_size=n), max_concurrent) for n in beam_sizes]
+    return _run_study(models, settings, problems, policies, points, repeats, "N", on_run)
+
+
 def run_concurrency_study(models: tuple, settings, problems: Sequence, search_cfg, policies: Sequence[str],
-                          levels: Sequence[int], on_run=None) -> dict[str, dict]:
-    """The paper's concurrency study: every policy with at most C problems in flight, for each C.
+                          levels: Sequence[int], on_run=None, repeats: int = 1) -> dict[str, dict]:
+    """The paper's concurrency study: every policy with at most C problems in flight, for each C,
+    in ``repeats`` rounds.
 
     Each level runs on the first ``max(levels)`` problems issued at once (fewer problems than C
     cannot keep C in flight: the caller passes enough).
 
     Returns:
-        ``{str(C): {policy: {"throughput", "goodput", "wall_s", "mean_concurrent_candidates",
-        "ratio_vs_nonspec"}}}``; the ratio (output tokens/s against non-spec at the same C) only
-        when non-spec ran.
+        ``{str(C): {policy: {...}}}``, the fields of :func:`run_beam_size_study`.
+
+    Raises:
+        ValueError: ``repeats`` < 1.
     """
-    out: dict[str, dict] = {}
-    for c in levels:
-        row = {}
-        for name in policies:
-            policy, overrides = POLICY_SPECS[name]
-            res = run_policy(models, settings, problems, dataclasses.replace(search_cfg, **overrides), policy, c)
-            if on_run:
-                on_run(f"{name} C={c}", None, res)
-            row[name] = {k: res[k] for k in ("throughput", "goodput", "wall_s", "mean_concurrent_candidates")}
-        base = row.get(BASELINE)
-        for res in row.values():
-            if base and base["throughput"]:
-                res["ratio_vs_nonspec"] = round(res["throughput"] / base["throughput"], 3)
-        out[str(c)] = row
-    return out
+    points = [(str(c), search_cfg, c) for c in levels]
+    return _run_study(models, settings, problems, policies, points, repeats, "C", on_run)

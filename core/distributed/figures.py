@@ -16,7 +16,7 @@ from core.metrics import estimate_eta, run_progress
 _RATIOS = {"prm_mean_batch_tasks": ("prm_tasks", "prm_calls"), "prm_mean_batch_tokens": ("prm_input_tokens", "prm_calls"),
            "prm_mean_batch_computed_tokens": ("prm_computed_tokens", "prm_calls")}
 # the largest over the processes (a peak of one process, not a total)
-_MAXIMA = ("peak_rss_bytes",)
+_MAXIMA = ("peak_rss_bytes", "speculation_budget")
 # owned by the driver: the whole run's records and clock
 _DRIVER_FIELDS = ("problems_total", "problems_answered", "errors", "graded", "correct", "accuracy", "wall_s", "eta_s",
                   "tokens_per_s", "tokens_per_s_now")

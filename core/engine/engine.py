@@ -288,6 +288,23 @@ class GenerationEngine:
         seq.status = SeqStatus.FINISHED
         self._live.pop(seq.seq_id, None)
 
+    def set_priority(self, seq: Sequence, priority: int) -> None:
+        """Rank ``seq`` at ``priority`` from the next step on (lower runs first; above 0 it counts as
+        speculative work under a speculation budget)."""
+        seq.priority = priority
+
+    def set_speculation_budget(self, tokens: int | None) -> None:
+        """Let speculative sequences (priority > 0) fill each step only up to ``tokens`` packed
+        tokens, after the non-speculative ones (see :class:`~core.engine.scheduler.Scheduler`);
+        None: no budget, every sequence in one rank order.
+
+        Raises:
+            ValueError: ``tokens < 1``.
+        """
+        if tokens is not None and tokens < 1:
+            raise ValueError(f"speculation budget must be >= 1 token per step, got {tokens}")
+        self.scheduler.speculation_budget = tokens
+
     def has_work(self) -> bool:
         """True while some sequence is waiting or running."""
         return self.scheduler.has_work()

@@ -11,6 +11,12 @@ both paths: first the paused sequences holding KV (idle, waiting for the search)
 and latest arrival first, then the lowest-ranked running ones. A preempted sequence loses its
 blocks and is recomputed later (usually mostly from the prefix cache); the engine never fails for
 lack of KV memory.
+
+A speculation budget (``speculation_budget``, tokens per step) splits the sequences in two: the
+non-speculative ones (priority <= 0) are scheduled first as if alone, and the speculative ones
+(priority > 0: work the search may throw away) only fill the rest of the step up to the budget, so
+speculation runs in rows that would otherwise stay idle and never slows the work that is sure to be
+kept (see :mod:`core.engine.knee` for how the budget is measured).
 """
 
 from __future__ import annotations
@@ -43,6 +49,23 @@ def _order(seq: Sequence):
     return (seq.priority, seq.arrival)
 
 
+def _non_speculative(seq: Sequence) -> bool:
+    return seq.priority <= 0
+
+
+def _speculative(seq: Sequence) -> bool:
+    return seq.priority > 0
+
+
+@dataclass
+class _Room:
+    """What is left of one step: packed tokens, and logits rows prefill-only sequences may read
+    (None: no limit)."""
+
+    tokens: int
+    reads: int | None
+
+
 class Scheduler:
     """Picks each step's batch and handles preemption.
 
@@ -59,6 +82,9 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.paused: set[Sequence] = set()
         self.num_preemptions = 0
+        # tokens per step that speculative sequences (priority > 0) may fill up to; None: no limit
+        self.speculation_budget: int | None = None
+        self.num_budget_bound_steps = 0  # steps in which the budget held speculative work back
 
     # ------------------------------------------------------------------ membership
     def add_waiting(self, seq: Sequence) -> None:
@@ -122,32 +148,63 @@ class Scheduler:
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self) -> list[tuple[Sequence, int]]:
-        """Choose this step's ``(sequence, num_tokens)`` pairs; allocates their KV blocks."""
-        budget = self.config.max_num_batched_tokens
-        reads = [self.config.max_num_read_rows]  # read rows left this step (None: no limit)
+        """Choose this step's ``(sequence, num_tokens)`` pairs; allocates their KV blocks.
+
+        Without a speculation budget every sequence competes in one rank order (running first, then
+        waiting). With one, the non-speculative sequences (priority <= 0) are scheduled first, as if
+        alone, and the speculative ones (priority > 0) only fill the step up to
+        ``speculation_budget`` tokens: a step never holds more than the larger of the budget and the
+        tokens non-speculative work needs by itself.
+        """
+        room = _Room(self.config.max_num_batched_tokens, self.config.max_num_read_rows)
         batch: list[tuple[Sequence, int]] = []
         self.running.sort(key=_order)
-        for seq in list(self.running):
-            if budget == 0 or len(batch) >= self.config.max_num_seqs:
+        cap = self.speculation_budget
+        if cap is None:
+            self._fill(batch, room, lambda s: True)
+            return batch
+        self._fill(batch, room, _non_speculative, evict_speculative=True)
+        used = sum(n for _, n in batch)
+        spare = min(room.tokens, max(0, cap - used))
+        budget_binds = spare < room.tokens  # the budget, not the step's own limit, caps speculation
+        spec_room = _Room(spare, room.reads)
+        if spare:
+            self._fill(batch, spec_room, _speculative)
+            room.tokens -= spare - spec_room.tokens
+            room.reads = spec_room.reads
+        if budget_binds and spec_room.tokens == 0:
+            scheduled = {id(seq) for seq, _ in batch}
+            if any(_speculative(s) and id(s) not in scheduled for s in (*self.running, *self.waiting)):
+                self.num_budget_bound_steps += 1
+        return batch
+
+    def _fill(self, batch: list[tuple[Sequence, int]], room: "_Room", select, evict_speculative: bool = False) -> None:
+        """Add the running, then the waiting sequences that ``select`` takes, in rank order, while
+        ``room`` and ``max_num_seqs`` allow. ``evict_speculative``: a waiting sequence short of KV
+        blocks may also preempt running speculative sequences (they rank below it and are not in this
+        step's batch yet)."""
+        for seq in [s for s in self.running if select(s)]:
+            if room.tokens == 0 or len(batch) >= self.config.max_num_seqs:
                 break
             if seq.status is not SeqStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            n = self._limit_reads(seq, min(seq.num_pending, budget), reads)
+            n = self._limit_reads(seq, min(seq.num_pending, room.tokens), room)
             if n == 0:
                 continue
             if not self._grow_or_preempt(seq, n):
                 continue
-            self._take_reads(seq, n, reads)
+            self._take_reads(seq, n, room)
             batch.append((seq, n))
-            budget -= n
+            room.tokens -= n
 
-        self.waiting.sort(key=_order)
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs \
+        self.waiting.sort(key=_order)  # with the sequences the loop above preempted
+        queue = [s for s in self.waiting if select(s)]
+        while queue and room.tokens > 0 and len(self.running) < self.config.max_num_seqs \
                 and len(batch) < self.config.max_num_seqs:
-            seq = self.waiting[0]
+            seq = queue[0]
             if not seq.block_table:
                 self.kv.admit_from_prefix_cache(seq)
-            n = self._limit_reads(seq, min(seq.num_pending, budget), reads)
+            n = self._limit_reads(seq, min(seq.num_pending, room.tokens), room)
             if n == 0:  # no read rows left this step: it waits, in order
                 self.kv.release(seq)
                 break
@@ -159,17 +216,28 @@ class Scheduler:
                 victim = None
                 if seq.num_preemptions or not self.running:
                     victim = self._paused_victim()
+                if victim is None and evict_speculative:
+                    victim = self._speculative_victim(seq)
                 if victim is not None:
                     self._preempt(victim)
                     continue
                 self.kv.release(seq)  # waiting sequences hold nothing
                 break
-            self.waiting.pop(0)
+            queue.pop(0)
+            self.waiting.remove(seq)
             self.add_running(seq)
-            self._take_reads(seq, n, reads)
+            self._take_reads(seq, n, room)
             batch.append((seq, n))
-            budget -= n
-        return batch
+            room.tokens -= n
+
+    def _speculative_victim(self, needy: Sequence) -> Sequence | None:
+        """The lowest-ranked running speculative sequence holding KV that ranks below ``needy``."""
+        for seq in sorted(self.running, key=_order, reverse=True):
+            if seq.priority <= needy.priority or _order(seq) <= _order(needy):
+                return None
+            if seq.block_table:
+                return seq
+        return None
 
     @staticmethod
     def _reads_in(seq: Sequence, n: int) -> tuple[list[int], int, int]:
@@ -178,19 +246,19 @@ class Scheduler:
         c = seq.num_computed
         return unread, bisect_left(unread, c), bisect_left(unread, c + n)
 
-    def _limit_reads(self, seq: Sequence, n: int, reads: list) -> int:
-        """``n`` cut so that a prefill-only ``seq`` reads at most ``reads[0]`` rows (0: it sits out)."""
-        if reads[0] is None or not seq.prefill_only or n == 0:
+    def _limit_reads(self, seq: Sequence, n: int, room: "_Room") -> int:
+        """``n`` cut so that a prefill-only ``seq`` reads at most ``room.reads`` rows (0: it sits out)."""
+        if room.reads is None or not seq.prefill_only or n == 0:
             return n
         unread, lo, hi = self._reads_in(seq, n)
-        if hi - lo <= reads[0]:
+        if hi - lo <= room.reads:
             return n
-        return unread[lo + reads[0]] - seq.num_computed  # stop just before the first read over the limit
+        return unread[lo + room.reads] - seq.num_computed  # stop just before the first read over the limit
 
-    def _take_reads(self, seq: Sequence, n: int, reads: list) -> None:
-        if reads[0] is not None and seq.prefill_only:
+    def _take_reads(self, seq: Sequence, n: int, room: "_Room") -> None:
+        if room.reads is not None and seq.prefill_only:
             _, lo, hi = self._reads_in(seq, n)
-            reads[0] -= hi - lo
+            room.reads -= hi - lo
 
     def _grow_or_preempt(self, seq: Sequence, n: int) -> bool:
         """Give ``seq`` the blocks for ``n`` more tokens, preempting lower-ranked sequences as needed.

@@ -38,6 +38,8 @@ _LEFTOVER_PATTERNS = (f"{TMP_PREFIX}*{TMP_SUFFIX}", ".*.tmp", ".write-test")
 RUN_CONFIG_KEYS = ("version", "policy", "models", "search", "input")
 # run.json's record of the context limit the generator engine used
 USED_CONTEXT = "models.max_model_len"
+# settings that change when work runs, never what is searched: a resumed run may change them
+SCHEDULING_ONLY = ("search.speculation_budget",)
 
 
 class OutputFolderError(Exception):
@@ -365,7 +367,7 @@ def refuse_other_settings(out: Path, config: dict, resume: bool, force: bool) ->
     if previous is None or any(key not in previous for key in RUN_CONFIG_KEYS):
         return
     without_input = lambda c: {k: v for k, v in c.items() if k != "input"}  # noqa: E731
-    diffs = config_differences(without_input(previous), without_input(config), ignore=(USED_CONTEXT,))
+    diffs = config_differences(without_input(previous), without_input(config), ignore=(USED_CONTEXT, *SCHEDULING_ONLY))
     if diffs:
         raise _other_settings(out / RUN_FILENAME, diffs)
 
@@ -449,7 +451,8 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
     # the context limit an engine uses is the flag capped by the model's own, known only once the
     # model loads: run.json records the used value, so it is compared after loading
     # (core.io.output_folder.check_used_context), not here
-    diffs = config_differences(previous, config, ignore=(USED_CONTEXT,)) if previous is not None else []
+    diffs = (config_differences(previous, config, ignore=(USED_CONTEXT, *SCHEDULING_ONLY))
+             if previous is not None else [])
     if diffs and not force:
         raise _other_settings(run_json, diffs)
     if diffs:

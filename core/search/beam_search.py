@@ -253,7 +253,14 @@ class BeamSearch:
         if self.policy.early_pruning:
             self._early_prune(beam)
         ready = [n for n in nodes if n.status is NodeStatus.VERIFIED and not self._ends(n) and not n.children]
-        self._expand_many([(n, list(range(beam.width))) for n in ready], speculative=True)
+        self._expand_many([(n, list(range(beam.width))) for n in ready], speculative=True,
+                          priority=self._speculative_priority)
+
+    @property
+    def _speculative_priority(self) -> int:
+        """Under a speculation budget speculative children run at low priority (the scheduler fills
+        only spare rows with them) until their parent is selected; without one, beside the frontier."""
+        return self.policy.low_priority if self.policy.speculation_budget is not None else 0
 
     def _early_prune(self, beam: Beam) -> None:
         """EP: prune scored live candidates that can no longer reach the top-k (paper section 4.1)."""
@@ -324,9 +331,19 @@ class BeamSearch:
             missing = [i for i in range(count) if i not in live]
             if missing:
                 expansions.append((parent, missing))
+        if self.policy.speculation_budget is not None:
+            self._promote(new_frontier)
         new_frontier.extend(self._expand_many(expansions, speculative=False))
         beam.frontier = sorted(new_frontier, key=self._order_key)
         self._on_new_frontier(beam)
+
+    def _promote(self, nodes: list[Node]) -> None:
+        """Speculative children whose parent was just selected are the frontier now: work that is
+        sure to be kept, scheduled at priority 0 (their own speculative children stay low)."""
+        for node in nodes:
+            seq = node.seq
+            if node.status is NodeStatus.GENERATING and seq is not None and seq.priority > 0:
+                self.engine.set_priority(seq, 0)
 
     def _on_new_frontier(self, beam: Beam) -> None:
         """After a decision: the work the new depth's candidates can start at once."""

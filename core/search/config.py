@@ -31,6 +31,24 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+def parse_speculation_budget(value) -> int | str | None:
+    """``"auto"``, a row count >= 1, or None from a flag, preset or config value (``"off"``, ``"none"``
+    and None mean no budget; a digit string is a row count).
+
+    Raises:
+        ValueError: anything else (the message names the accepted forms).
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+        return None
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"speculation budget must be 'auto', 'off' or a number of rows >= 1, got {value!r}")
+
+
 @dataclass
 class SearchConfig:
     """PRM-guided beam search settings.
@@ -48,6 +66,10 @@ class SearchConfig:
         :mod:`core.verify.lazy`; used by the ``specscale`` policy only.
     strategy: how the N candidates are grouped (:data:`STRATEGIES`); best-of-n ignores M.
     select: how ``pred`` is chosen among the completions (:data:`SELECTIONS`).
+    speculation_budget: tokens per engine step that speculative children may fill up to (policies
+        ``specscale`` and ``naive-spec``): ``"auto"`` (the generator's measured batch-size knee,
+        :mod:`core.engine.knee`), a number of rows, or None (``"off"``: no budget). It changes when
+        work runs, never what is searched.
 
     Raises:
         ValueError: N < 1, M < 1, N not divisible by M (beam, dvts), temperature < 0, top_p outside (0, 1],
@@ -73,6 +95,7 @@ class SearchConfig:
     lv_max_deferrals: int = 6
     strategy: str = "beam"
     select: str = "best"
+    speculation_budget: int | str | None = "auto"
 
     def __post_init__(self):
         if self.beam_size < 1:
@@ -95,6 +118,7 @@ class SearchConfig:
             raise ValueError(f"unknown strategy '{self.strategy}'; choose one of {', '.join(STRATEGIES)}")
         if self.select not in SELECTIONS:
             raise ValueError(f"unknown selection '{self.select}'; choose one of {', '.join(SELECTIONS)}")
+        self.speculation_budget = parse_speculation_budget(self.speculation_budget)
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation '{self.aggregation}'; choose one of {', '.join(AGGREGATIONS)}")
 

@@ -14,8 +14,9 @@ run's engines and trees hold no reference cycles and are freed as soon as they a
 from __future__ import annotations
 
 import itertools
+import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from core.engine.engine import GenerationEngine, StepOutput
@@ -53,7 +54,9 @@ class RunStats:
     computed once for several candidates (CD). prunes: candidates ended by each policy rule.
     in_flight: problem id -> admission time (``time.perf_counter()``) of the problems being searched.
     problem_times: seconds from admission to answer of each problem answered. max_in_flight: problems
-    searched at once at most (``max_concurrent``).
+    searched at once at most (``max_concurrent``). speculation_budget: the speculation budget in force
+    (tokens per engine step, None: none). speculation_budget_source: ``measured`` or ``cached`` (the
+    knee of :mod:`core.engine.knee`), ``set`` (given as a number) or ``off``.
     """
 
     started: float = field(default_factory=time.perf_counter)
@@ -67,6 +70,8 @@ class RunStats:
     in_flight: dict[str, float] = field(default_factory=dict)
     problem_times: list[float] = field(default_factory=list)
     max_in_flight: int = 1
+    speculation_budget: int | None = None
+    speculation_budget_source: str = "off"
 
     @property
     def elapsed(self) -> float:
@@ -120,13 +125,29 @@ class SearchDriver:
         self.scorer = scorer
         self.config = config
         self.policy = policy_for(policy, config)  # raises ValueError for an unknown name
+        # the speculation budget: "auto" is the generator's measured knee (cached per model and device)
+        self.knee = None
+        source = "off" if self.policy.speculation_budget is None else "set"
+        if self.policy.speculation_budget == "auto":
+            from core.engine.knee import engine_knee
+
+            notes = logging.getLogger("specscale.notes")
+            self.knee = engine_knee(engine)
+            source = "cached" if self.knee.cached else "measured"
+            if not self.knee.cached:
+                notes.info("speculation budget: %d rows per step, the generator's batch-size knee, measured in %.1f s "
+                           "(cached for this model and device; `specscale profile-knee` shows the curve)",
+                           self.knee.knee, self.knee.seconds)
+            self.policy = replace(self.policy, speculation_budget=self.knee.knee)
+        engine.set_speculation_budget(self.policy.speculation_budget)
         self.max_concurrent = max_concurrent
         self.on_result = on_result or (lambda p, r, s: None)
         self.on_error = on_error or (lambda e: None)
         self.on_iteration = on_iteration or (lambda s: None)
         self.should_stop = should_stop or (lambda: False)
         self.source = source
-        self.stats = RunStats(max_in_flight=max_concurrent)
+        self.stats = RunStats(max_in_flight=max_concurrent, speculation_budget=self.policy.speculation_budget,
+                              speculation_budget_source=source)
         # problem key -> (problem, its search): the first half of every CandidateId routes here
         self.active: dict[int, tuple[Problem, BeamSearch]] = {}
         self._keys = itertools.count()

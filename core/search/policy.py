@@ -36,7 +36,11 @@ class Policy:
     dedup: candidates with a common prefix share one sequence (CD, section 4.2).
     lazy: the verification queue's flush rule (LV, section 4.3); None flushes whatever is queued
         after every engine step.
-    low_priority: scheduling priority of speculative first children (lower runs first).
+    low_priority: scheduling priority of speculative work (lower runs first): FastTTS's first
+        children, and with a speculation budget every speculative child until its parent is selected.
+    speculation_budget: tokens per engine step that speculative work may fill up to (the measured
+        batch-size knee, :mod:`core.engine.knee`); ``"auto"`` until the run measures it, None for no
+        budget (speculative children then run at priority 0, beside the frontier).
     """
 
     name: str
@@ -49,6 +53,7 @@ class Policy:
     dedup: bool = False
     lazy: LazyFlushRule | None = None
     low_priority: int = 1
+    speculation_budget: int | str | None = None
 
     @property
     def speculative(self) -> bool:
@@ -64,6 +69,9 @@ SPECSCALE = Policy("specscale", score_at_once=True, expand=WHEN_SCORED, early_pr
 
 # in the order of core.settings.POLICY_NAMES, the list flags are checked against (tested equal)
 POLICIES = {p.name: p for p in (NON_SPEC, NAIVE_SPEC, FASTTTS, SPECSCALE)}
+
+# policies whose speculative children the speculation budget schedules (FastTTS has its own cap)
+BUDGETED = ("naive-spec", "specscale")
 
 # SearchConfig fields that only the specscale policy reads (EP, CD, LV switches and settings)
 SPECSCALE_ONLY = ("early_pruning", "dedup", "perfect_score", "lazy_verification", "lv_threshold",
@@ -95,8 +103,9 @@ def check_fit(name: str, strategy: str) -> None:
 def policy_for(name: str, config) -> Policy:
     """The policy ``name`` with the switches of ``config`` (a SearchConfig) applied where it has them.
 
-    Only ``specscale`` has switches: ``early_pruning``, ``perfect_score``, ``dedup``,
-    ``lazy_verification`` with ``lv_threshold``/``lv_max_deferrals``.
+    ``specscale`` has switches: ``early_pruning``, ``perfect_score``, ``dedup``,
+    ``lazy_verification`` with ``lv_threshold``/``lv_max_deferrals``; ``specscale`` and
+    ``naive-spec`` take ``speculation_budget`` (:data:`BUDGETED`).
 
     Raises:
         ValueError: an unknown policy name, or one that makes no sense for ``config.strategy``
@@ -106,6 +115,8 @@ def policy_for(name: str, config) -> Policy:
         raise ValueError(f"unknown policy '{name}'; choose one of {', '.join(POLICIES)}")
     check_fit(name, config.strategy)
     policy = POLICIES[name]
+    if name in BUDGETED:
+        policy = replace(policy, speculation_budget=config.speculation_budget)
     if name != "specscale":
         return policy
     return replace(policy, early_pruning=config.early_pruning,
