@@ -25,7 +25,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # no answer marker: the answer the last sentence states; a made-up next question after "the answer is"
          "closing", "runon-question",
          # a check line or an explanation after the answer, an approximation, a.m. and p.m.
-         "check-explain", "approximate", "half-day"}
+         "check-explain", "approximate", "half-day",
+         # numbers in words; what a chat model writes after its answer (offers, notes, a next turn,
+         # a corrected label); symbols and words of one answer (∪, ¢ against $, \sqrt13, articles)
+         "number-words", "after-answer", "symbols-words"}
 
 
 def _rows() -> list[dict]:
@@ -117,3 +120,30 @@ def test_bench_grading_prints_ours_beside_math_verify(tmp_path):
     assert out["ours"]["correct_accepted"] == out["ours"]["correct"] == 2
     assert out["ours"]["wrong_accepted"] == 0 and out["ours"]["wrong"] == 2
     assert set(out["math_verify"]) == set(out["ours"]) >= {"mean_s", "max_s"}
+
+
+@pytest.mark.parametrize("words, value", [
+    ("twenty-one", 21), ("One hundred twenty", 120), ("one hundred and five", 105), ("seventeen", 17),
+    ("two million three thousand", 2003000), ("zero", 0),
+    # not numbers: repeated tens, a teen after a ten, scales that do not fall, other words
+    ("twenty twenty", None), ("ten eleven", None), ("thousand million", None), ("a dozen", None), ("half", None),
+])
+def test_spelled_numbers(words, value):
+    from core.grading.number_words import spelled_number
+
+    assert spelled_number(words) == value
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The answer is twenty-one.", "21"),
+    ("Answer: three units", "3"),
+    ("So Janet makes eighteen dollars every day.", "18"),
+    ("The answer is one.", "1"),
+    ("So $\\alpha$ measures 145 degrees.", "145"),
+    ("So the gcd is 12, and 12 + 11 = 23.\n\n**23**\n\n---\n*Note: generated in 0.42 seconds.*", "23"),
+    ("There are $5 \\cdot 4 = 20$ ways.\n\nLet me know if you want 4 people (24 ways) too!", "20"),
+    ("The answer is 32.\n\nUser: Billy sells 7 DVDs. How many?\n\nAssistant: The answer is 7.", "32"),
+    ("The answer is 6.\n\nCorrected answer: 3", "3"),
+])
+def test_closing_and_after_answer_rules(text, expected):
+    assert extract_answer(text) == expected

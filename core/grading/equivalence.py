@@ -10,8 +10,9 @@ Both sides go through the same normalisation before anything compares them (:fun
    decimals (math-verify reads ``e`` as Euler's number);
 2. units: a number followed by a unit (``5 dollars``, ``864 inches^2``) loses the unit when the
    gold has none or the same one (``m`` = ``meters``); a different unit is a different answer
-   (``5 m`` is not ``5\\text{ cm}``); a single letter is never taken for a unit when the problem uses
-   it as a variable (gold ``6m`` must not accept ``6``), nor without the problem at hand;
+   (``5 m`` is not ``5\\text{ cm}``, ``\\$5.40`` is not ``5.4\\text{ cents}``); a single letter is
+   never taken for a unit when the problem uses it as a variable (gold ``6m`` must not accept
+   ``6``), nor without the problem at hand;
 3. a leading name (``m_{\\max}=``, ``x \\in``, ``N=``) is dropped from both sides; where both sides
    name an item the names must agree (``a=3, b=2`` is not ``a=2, b=3``); a function's gold
    (``f(x)=2x+3``) math-verify compares by its right-hand side;
@@ -21,7 +22,9 @@ Both sides go through the same normalisation before anything compares them (:fun
    ``-2``), in order when the gold names them and the answer does not (so a set of two is never
    the tuple or interval ``(1, 2)``, one item);
 5. a time or ratio (``7:30``, ``3:2``) equals only one with the same numbers in the same order;
-6. equal normalised strings are equal; otherwise math-verify decides, in a child process with a hard
+6. ``\\sqrt13`` is the root of 13 (what a model means, not TeX's ``\\sqrt{1}3``); word answers
+   compare without case and a leading article (``an ellipse`` = ``\\text{ellipse}``);
+   equal normalised strings are equal; otherwise math-verify decides, in a child process with a hard
    time limit (:mod:`core.grading.mv_worker`, which also holds the exactness, interval and power
    rules), and only when it reads the gold *whole*: a gold it cannot parse (prose, ``t(0,4]``) is
    compared as a normalised string, never as a partial parse;
@@ -95,7 +98,7 @@ _COMMAND = re.compile(r"\\[A-Za-z]+")
 # Unicode math symbols as LaTeX (after normalise_unicode); √ takes one operand: √2, √x, √(x+1)
 _UNICODE_LATEX = {"−": "-", "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "±": "\\pm ", "∓": "\\mp ",
                   "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "∞": "\\infty ", "π": "\\pi ", "∈": "\\in ",
-                  "∪": "\\cup ", "∩": "\\cap "}
+                  "∪": "\\cup ", "∩": "\\cap ", "¢": " cents "}
 _UNICODE_SQRT = re.compile(r"√\s*(?:\((?P<p>[^()]*)\)|\{(?P<b>[^{}]*)\}|(?P<t>\d+(?:\.\d+)?|[A-Za-z]|\\[A-Za-z]+))")
 # A top-level "and" between list items ("2 and 5", "1, 3, and 5", "1 \text{ and } 5" once unwrapped)
 _AND = re.compile(r"\s*,?\s+and\s+")
@@ -213,10 +216,27 @@ def _join_and(s: str) -> str:
     return "".join(out) + s[last:]
 
 
+_DOLLARS = re.compile(r"\\\$|\bdollars?\b", re.IGNORECASE)
+_CENTS = re.compile(r"¢|\bcents?\b", re.IGNORECASE)
+
+
+def _currency(ans: str) -> str | None:
+    """``dollars`` or ``cents`` when one side names its money in one of them (``\\$5.40``, ``5.4 cents``,
+    ``5¢``), else None: the two are the same unit only in name."""
+    if _CENTS.search(ans):
+        return "cents"
+    return "dollars" if _DOLLARS.search(ans) else None
+
+
+# \sqrt13: what a model means is the root of the number, not TeX's \sqrt{1}3
+_BARE_SQRT = re.compile(r"\\sqrt[ \t]*(\d+)")
+
+
 def _prepare(ans: str) -> str:
     """The presentation-free form of one side (step 1 of the module docstring)."""
     s = _strip_wrappers(_unicode_to_latex(str(ans)))
     s = _LEFT_RIGHT.sub("", s)
+    s = _BARE_SQRT.sub(r"\\sqrt{\1}", s)
     s = _unwrap_text(s)
     s = s.replace("\\$", "")
     s = _UNESCAPED_DOLLAR.sub("", s)
@@ -417,6 +437,11 @@ def _items(s: str) -> list[str]:
     return _expand_pm(items)
 
 
+def _words_key(s: str) -> str:
+    """A word answer's key: lowercased, without a leading article."""
+    return canonical_answer(re.sub(r"^(?:a|an|the)\s+(?=\S)", "", s.strip(), flags=re.IGNORECASE)).lower()
+
+
 def _is_prose(s: str) -> bool:
     """True when ``s`` holds a word (three or more letters outside LaTeX commands, not a math name).
 
@@ -569,8 +594,8 @@ def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     colons = _colon_parts(pred), _colon_parts(gold)
     if colons != (None, None):  # 7:30 is neither 7 nor 7/30
         return _same_colon_form(*colons), False
-    if _is_prose(gold) or _is_prose(pred):  # words compare as words: East = east
-        return canonical_answer(pred).lower() == canonical_answer(gold).lower(), False
+    if _is_prose(gold) or _is_prose(pred):  # words compare as words: East = east, an ellipse = ellipse
+        return _words_key(pred) == _words_key(gold), False
     gold_ok, _, timed_out = _read(gold)
     if not gold_ok:  # prose, or a form math-verify reads only in part: the strings decided
         return False, timed_out
@@ -621,6 +646,8 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
         reading, timed_out = _gold_reading(gold_s, variables) if read_gold and gold_s else (None, False)
         if pred is None or not str(pred).strip() or not gold_s:
             return Grade(False, reading, timed_out)
+        if _currency(str(pred)) and _currency(str(gold)) and _currency(str(pred)) != _currency(str(gold)):
+            return Grade(False, reading, timed_out)  # $5.40 is not 5.4 cents
         pred_s = _prepare(pred)
         if canonical_answer(pred_s) == canonical_answer(gold_s):
             return Grade(True, reading, timed_out)

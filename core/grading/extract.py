@@ -14,6 +14,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from .number_words import digits_for_words, spelled_number
+
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
            "extract_answer", "closing_answer", "normalise_unicode"]
 
@@ -29,7 +31,7 @@ _THOUSANDS_RUN = re.compile(r"(?<!\d)(?<!\d,)\d{1,3}(?:,\d{3})+(?!,?\d)")
 _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+answer)\s*(?:is\b|:)\s*:?", re.IGNORECASE)
 # A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case; or a heading
 # "**Final Answer**" / "### Final Answer" alone on its line, the answer on the lines after it.
-_ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:final[ \t]+)?answer[ \t*_]*[:：]"
+_ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|updated)[ \t]+)?answer[ \t*_]*[:：]"
                            r"|^[ \t#*_]*final[ \t]+answer[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
 # A GSM8K answer line: ``#### 18``; ``#### Step 1``, ``#### 1. The area`` and ``#### (a) Part one`` are
 # Markdown headings (a word follows, or a numbered word), no answer.
@@ -37,13 +39,13 @@ _HASH_LINE = re.compile(r"####(?![ \t]*(?:[A-Za-z]{2}|\(?[A-Za-z0-9]{1,3}[.):][ 
                         re.MULTILINE)
 
 # A line that opens a new problem, as in the few-shot prompts models continue after their answer
-_NEXT_QUESTION = re.compile(r"^[ \t>*_#]*(?:question|q|problem)(?:[ \t]*\d+)?[ \t*_]*[:：.][ \t*_]*\S",
+_NEXT_QUESTION = re.compile(r"^[ \t>*_#]*(?:question|q|problem|user|human)(?:[ \t]*\d+)?[ \t*_]*[:：.][ \t*_]*\S",
                             re.IGNORECASE | re.MULTILINE)
 # A number as written in prose: digits (thousands groups kept together, see _THOUSANDS_RUN), a
 # decimal part, an exponent (``4e-3``).
 _NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
 _WORD = re.compile(r"[A-Za-z]+")
-_OPERATORS = "+-*/^×÷·−<>≤≥≠±∓"
+_OPERATORS = "+-*/^×÷·−<>≤≥≠±∓∪∩"
 _SIGNS = "-+−±∓"
 _SYMBOLS = "π∞"  # operands written as one character
 # "and" between two numbers of a list: "2 and 5", "1, 3, and 5"
@@ -461,7 +463,9 @@ def extract_answer(text: str) -> str | None:
 
     A phrase or labelled line after the last box or ``####`` line is a correction and wins over
     them, when it starts with math or an expression (not words: "the answer is consistent", "the
-    answer is not 7").
+    answer is not 7"); "Corrected answer:" / "Revised answer:" are labelled lines too. A new chat
+    turn (``User:``, ``Human:``) after a stated answer closes the solution like a new question. An
+    answer spelled in words is given as its digits ("Forty" -> ``40``, "three units" -> ``3``).
 
     Args:
         text: A reference solution or model generation.
@@ -472,6 +476,31 @@ def extract_answer(text: str) -> str | None:
     Raises:
         Nothing.
     """
+    return _in_digits(_extract(text))
+
+
+# what may follow a number spelled in words and still be its answer: "three units", "eighteen dollars"
+_SPELLED_ANSWER = re.compile(r"(?:(?:a|an|the|exactly|only)[ \t]+)?(?P<number>[A-Za-z -]+?)"
+                             r"(?:[ \t]+[A-Za-z]+){0,2}[ \t]*[.!]?")
+
+
+def _in_digits(ans: str | None) -> str | None:
+    """An answer spelled in words as its digits ("Forty" -> ``40``, "three units" -> ``3``); others as given."""
+    if not ans or re.search(r"[\d$\\{}=]", ans):
+        return ans
+    m = _SPELLED_ANSWER.fullmatch(ans.strip())
+    if m:
+        words = m.group(0).rstrip(" .!").split()
+        # the longest leading run of words that spells a number, the rest a unit of at most two words
+        for cut in range(len(words), 0, -1):
+            value = spelled_number(" ".join(w for w in words[:cut] if w.lower() not in ("a", "an", "the", "exactly",
+                                                                                         "only")))
+            if value is not None and len(words) - cut <= 2:
+                return str(value)
+    return ans
+
+
+def _extract(text: str) -> str | None:
     if not text:
         return None
     text, hash_line = _solution_part(normalise_unicode(text))
@@ -506,7 +535,16 @@ _CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?
                     re.IGNORECASE)
 # An explanation that follows an answer given first ("$13\\sqrt{3}$ units.\n\nExplanation: ...")
 _EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|justification|why)[ \t*_]*[:：]", re.IGNORECASE | re.MULTILINE)
-_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|=|(?<!\d):(?=\s)", re.IGNORECASE)
+# What a chat model adds after its answer: offers, wishes, notes, trivia ("Let me know if ...")
+_FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if you(?:'d| would)? like|"
+                     r"note:|fun fact|p\.?s\.?\b|happy to help)", re.IGNORECASE)
+# A horizontal rule: what follows it is a footer once something was stated before it
+_RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
+_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|=|(?<!\d):(?=\s)",
+                     re.IGNORECASE)
+# a variable's name alone: one letter or a Greek one, maybe with a subscript (never \pi: a value)
+_LONE_VARIABLE = re.compile(r"(?:[A-Za-z]|\\(?:alpha|beta|gamma|delta|epsilon|theta|lambda|mu|phi|psi|omega|"
+                            r"Delta|Theta|Phi|Omega))(?:_\{?\w+\}?)?")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=[A-Z*$\\(])")
 
 
@@ -577,7 +615,12 @@ def closing_answer(text: str) -> str | None:
     its last "is" / "=" / "equals" / ":" outside math (a name or a word or two when it is the last
     sentence: "... is Evelyn."), else its math (:func:`_math_answer`), else the first expression that
     starts with a number (prose rules of :func:`leading_expression`). A sentence that is a question
-    ("What is 2 + 3?") states nothing.
+    ("What is 2 + 3?") states nothing; nor does a check line, an offer, wish or note after the
+    answer ("Let me know if ...", "I hope this helps", "Note: ..."), nor anything after a horizontal
+    rule (``---``) that follows a number. Numbers written in words count as their digits
+    ("makes eighteen dollars" -> 18, :mod:`core.grading.number_words`), and a lone variable named
+    as the subject gives way to the value its sentence states in prose ("So $\\alpha$ measures
+    145 degrees." -> 145).
 
     Args:
         text: the solution, normalised and cut as :func:`extract_answer` does.
@@ -591,17 +634,21 @@ def closing_answer(text: str) -> str | None:
         head = closing_answer(text[:explained[-1].start()])
         if head:
             return head
-    sentences = [s for s in _sentences(text) if not _CHECK.match(s)]
+    rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])]
+    if rules:
+        text = text[:rules[0].start()]
+    sentences = [s for s in _sentences(text) if not _CHECK.match(s) and not _FOOTER.match(s)]
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
-        plain = sentence.replace("**", "")
+        plain = digits_for_words(sentence.replace("**", ""))
         states = _outside_math(plain, _STATES)
         segments = math_segments(plain)
         if segments and (not states or states[-1].start() < segments[-1][0]):
-            # the sentence's last statement is its math: "gives $2x = 14$, so $x = 7$"
+            # the sentence's last statement is its math: "gives $2x = 14$, so $x = 7$"; not a lone
+            # variable named as the subject with its value in prose ("So $\alpha$ measures 145 degrees.")
             ans = _math_answer(plain)
-            if ans:
+            if ans and not (_LONE_VARIABLE.fullmatch(ans) and re.search(r"\d", plain[segments[-1][1]:])):
                 return ans
         if states:
             after = plain[states[-1].end():]
@@ -615,7 +662,7 @@ def closing_answer(text: str) -> str | None:
             if ans and how == _WORDS and sentence is sentences[-1] and len(ans.split()) <= 2:
                 return ans  # a named answer closing the solution: "... is Evelyn."
         ans = _math_answer(plain)
-        if ans:
+        if ans and not (_LONE_VARIABLE.fullmatch(ans) and re.search(r"\d", plain[segments[-1][1]:])):
             return ans
         # in prose, the clause after the last "so" / "thus" / "therefore" / "hence" concludes
         conclusions = list(_CONCLUDES.finditer(plain))

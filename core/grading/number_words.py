@@ -1,0 +1,77 @@
+"""Numbers written in English words, as models write answers: "twenty-one", "One hundred twenty",
+"three units", "eighteen dollars".
+
+Only whole numbers from zero to the billions in the usual short scale, with hyphens or spaces
+between the words and an optional "and" after a hundred ("one hundred and five"); fractions and
+ordinals are left alone ("a half", "third": words a grader must not read as numbers).
+"""
+
+from __future__ import annotations
+
+import re
+
+_ONES = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
+_SCALES = {"thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9}
+_WORDS = {*_ONES, *_TENS, "hundred", *_SCALES}
+# a run of number words (and the "and" / hyphens between them), as a whole word sequence
+NUMBER_RUN = re.compile(r"\b(?:%s)(?:(?:[ \t]+(?:and[ \t]+)?|-)(?:%s))*\b" % ("|".join(sorted(_WORDS, key=len)[::-1]),
+                                                                            "|".join(sorted(_WORDS, key=len)[::-1])),
+                        re.IGNORECASE)
+
+
+def spelled_number(text: str) -> int | None:
+    """The whole number ``text`` spells (case and hyphens do not matter), or None when it is not one.
+
+    >>> spelled_number("One hundred twenty"), spelled_number("twenty-one"), spelled_number("a dozen")
+    (120, 21, None)
+    """
+    words = re.split(r"[ \t]+|-", text.strip().lower())
+    if not words or words == [""]:
+        return None
+    total, group, last = 0, 0, None  # last: the kind of the previous word, to refuse "twenty twenty"
+    scale_before = None  # scales must fall: "two million three thousand", never "thousand million"
+    for i, word in enumerate(words):
+        if word == "and" and last == "hundred" and i + 1 < len(words):
+            continue
+        if word in _ONES:
+            if last in ("one", "teen") or (last == "ten" and _ONES[word] >= 10):
+                return None
+            group += _ONES[word]
+            last = "teen" if _ONES[word] >= 10 else "one"
+        elif word in _TENS:
+            if last in ("one", "teen", "ten"):
+                return None
+            group += _TENS[word]
+            last = "ten"
+        elif word == "hundred":
+            if last not in ("one", "teen", "ten") or group >= 100:
+                return None
+            group *= 100
+            last = "hundred"
+        elif word in _SCALES:
+            if group == 0 or (scale_before is not None and _SCALES[word] >= scale_before):
+                return None
+            scale_before = _SCALES[word]
+            total += group * _SCALES[word]
+            group, last = 0, "scale"
+        else:
+            return None
+    if last is None:
+        return None
+    return total + group
+
+
+def digits_for_words(text: str) -> str:
+    """``text`` with every run of number words that spells a number replaced by its digits
+    ("makes eighteen dollars" -> "makes 18 dollars"); a lone "one" stays (it is a pronoun as often:
+    "one of them", "the one")."""
+    def replace(m: re.Match) -> str:
+        value = spelled_number(m.group(0))
+        if value is None or m.group(0).lower() == "one":
+            return m.group(0)
+        return str(value)
+
+    return NUMBER_RUN.sub(replace, text)
