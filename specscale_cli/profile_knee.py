@@ -25,7 +25,7 @@ def _table(profile):
 
 
 def _gain(lo, hi) -> float:
-    """rows/s gained from ``lo`` to ``hi``, per doubling of the rows (as :func:`core.engine.knee.find_knee` reads it)."""
+    """rows/s gained from ``lo`` to ``hi`` per doubling of the rows (as ``core.engine.knee.find_knee`` reads it)."""
     import math
 
     return (hi.rows_per_s / lo.rows_per_s) ** (1 / math.log2(hi.rows / lo.rows)) - 1
@@ -69,7 +69,8 @@ def _plot(profile, path: Path, title: str) -> None:
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed decode steps per row count (after one warm-up step); the median counts.")
 @click.option("--min-gain", type=click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True), default=0.25,
-              show_default=True, help="The knee is the first batch whose doubling gains less than this share of tokens/s.")
+              show_default=True,
+              help="The knee is the first batch whose doubling gains less than this share of tokens/s.")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="runs/profile-knee",
               show_default=True, help="Folder for knee.json and knee.png.")
 @click.option("--write", "write_preset", default=None, metavar="PRESET",

@@ -112,7 +112,7 @@ def test_every_field_has_a_flag_that_overrides_it(any_device):
             "--step-delimiter", "\\t", "--max-step-tokens", "33", "--max-tokens", "300", "--aggregation", "min",
             "--seed", "7", "--system-prompt", "", "--no-ep", "--no-cd", "--perfect-score", "2",
             "--no-lv", "--lv-threshold", "100", "--lv-max-deferrals", "2", "--strategy", "dvts",
-            "--select", "majority"]
+            "--select", "majority", "--speculation-budget", "48"]
     models, search = settings_for(*args)
     assert models == {"generator": "gen-x", "prm": "prm-y", "scorer": "lm-judge", "dtype": "bfloat16",
                       "device": "cuda", "block_size": 8, "gen_kv_bytes": GIB // 2, "prm_kv_bytes": GIB // 4,
@@ -123,7 +123,7 @@ def test_every_field_has_a_flag_that_overrides_it(any_device):
                       "step_delimiter": "\t", "max_step_tokens": 33, "max_tokens": 300, "aggregation": "min",
                       "seed": 7, "system_prompt": "", "early_pruning": False, "dedup": False,
                       "perfect_score": None, "lazy_verification": False, "lv_threshold": 100,
-                      "lv_max_deferrals": 2, "strategy": "dvts", "select": "majority"}
+                      "lv_max_deferrals": 2, "strategy": "dvts", "select": "majority", "speculation_budget": 48}
     # every field moved away from what the preset resolves to, so no field is out of the flags' reach
     base_models, base_search = read_preset("smollm2-cpu").resolve()
     assert all(models[k] != v for k, v in dataclasses.asdict(base_models).items())

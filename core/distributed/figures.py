@@ -63,6 +63,8 @@ def merge_snapshots(snaps: list[dict], rows: list[dict], counts: dict, total: in
             if key in _MAXIMA:
                 if value is not None:
                     merged[key] = max(merged.get(key) or 0, value)
+                else:
+                    merged.setdefault(key, None)  # none in any replica (a run without a budget)
             elif isinstance(value, dict):
                 into = merged.setdefault(key, {})
                 for k, v in value.items():

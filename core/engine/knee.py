@@ -13,14 +13,15 @@ For a step time ``t(r) = a + b r`` (fixed part ``a``, per-row part ``b``) doubli
 ``2 (a + b r) / (a + 2 b r) - 1``, which falls below 25% once ``b r`` is about twice ``a``; on a
 GPU, where ``t`` stays flat until the batch fills the device, the knee is where it stops being flat.
 Measured figures are cached per model, device, dtype, backend and thread count
-(``$SPECSCALE_KNEE_CACHE``, default ``$SPECSCALE_CACHE/knee``), since the profile takes seconds on a CPU and the answer does not change
-between runs on one machine.
+(``$SPECSCALE_KNEE_CACHE``, default ``$SPECSCALE_CACHE/knee``), since the profile takes seconds on a
+CPU and the answer does not change between runs on one machine.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import statistics
@@ -110,8 +111,6 @@ def find_knee(points: list[RowPoint], min_gain: float = DEFAULT_MIN_GAIN) -> int
         raise ValueError("no measured points")
     if not 0 < min_gain < 1:
         raise ValueError(f"min_gain must be in (0, 1), got {min_gain}")
-    import math
-
     for lo, hi in zip(points, points[1:]):
         ratio = hi.rows_per_s / lo.rows_per_s
         doublings = math.log2(hi.rows / lo.rows)

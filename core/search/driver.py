@@ -127,13 +127,13 @@ class SearchDriver:
         self.policy = policy_for(policy, config)  # raises ValueError for an unknown name
         # the speculation budget: "auto" is the generator's measured knee (cached per model and device)
         self.knee = None
-        source = "off" if self.policy.speculation_budget is None else "set"
+        budget_source = "off" if self.policy.speculation_budget is None else "set"
         if self.policy.speculation_budget == "auto":
             from core.engine.knee import engine_knee
 
             notes = logging.getLogger("specscale.notes")
             self.knee = engine_knee(engine)
-            source = "cached" if self.knee.cached else "measured"
+            budget_source = "cached" if self.knee.cached else "measured"
             if not self.knee.cached:
                 notes.info("speculation budget: %d rows per step, the generator's batch-size knee, measured in %.1f s "
                            "(cached for this model and device; `specscale profile-knee` shows the curve)",
@@ -147,7 +147,7 @@ class SearchDriver:
         self.should_stop = should_stop or (lambda: False)
         self.source = source
         self.stats = RunStats(max_in_flight=max_concurrent, speculation_budget=self.policy.speculation_budget,
-                              speculation_budget_source=source)
+                              speculation_budget_source=budget_source)
         # problem key -> (problem, its search): the first half of every CandidateId routes here
         self.active: dict[int, tuple[Problem, BeamSearch]] = {}
         self._keys = itertools.count()
