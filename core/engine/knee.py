@@ -265,7 +265,8 @@ def engine_knee(engine, max_rows: int | None = None, context: int = DEFAULT_CONT
 
     Args:
         engine: the run's generator engine. max_rows: the largest row count measured (default the
-            engine's ``max_num_seqs``; a knee can never exceed it). context: prompt tokens per row.
+            engine's ``max_num_seqs``; a knee can never exceed it). context: prompt tokens per row
+            (at most what the engine's ``max_model_len`` leaves after the timed steps).
         min_gain / repeats: see :func:`find_knee` and :func:`measure_rows`.
         use_cache: read and write the cache (:func:`knee_cache_dir`).
         whole_curve: measure every row count (``profile-knee``); otherwise the profile stops at the
@@ -276,6 +277,8 @@ def engine_knee(engine, max_rows: int | None = None, context: int = DEFAULT_CONT
     from .engine import EngineConfig, GenerationEngine
 
     max_rows = max_rows or engine.config.max_num_seqs
+    # a short-context model is profiled at the context it can hold (prompt, timed steps, margin)
+    context = max(1, min(context, engine.max_model_len - repeats - 8))
     key = profile_key(engine)
     path = cache_path(key, context)
     if use_cache and not whole_curve:
