@@ -98,10 +98,9 @@ def _bar(done: int, total: int | None, width: int = 30) -> Text:
 def _speculation(snap: dict) -> str:
     """The speculation budget in force: rows per step, where it came from, how often it held back."""
     budget = snap["speculation_budget"]
-    source = {"measured": "the measured knee", "cached": "the knee, cached", "set": "set"}.get(
+    source = {"measured": "measured knee", "cached": "cached knee", "set": "set"}.get(
         snap.get("speculation_budget_source"), "")
-    return (f"speculation up to {_int(budget)} rows per step ({source}) · held back in "
-            f"{_n(snap.get('speculation_bound_steps') or 0, 'step')}")
+    return f"{_int(budget)} rows per step ({source}); held back {_n(snap.get('speculation_bound_steps') or 0, 'step')}"
 
 
 def render_panel(snap: dict, title: str = "specscale solve", width: int = PANEL_WIDTH) -> Panel:

@@ -157,3 +157,13 @@ def test_profile_knee_command_prints_draws_caches_and_writes_the_preset(tmp_path
     assert json.loads((tmp_path / "out" / "knee.json").read_text())["knee"] == result["knee"]
     assert list((tmp_path / "cache").glob("*.json")) == [tmp_path / "cache" / result["cache"].rsplit("/", 1)[-1]]
     assert f"speculation_budget = {result['knee']}" in preset.read_text()
+
+
+def test_the_budget_in_force_is_shown_in_one_short_line():
+    from specscale_cli.dashboard import _speculation
+
+    line = _speculation({"speculation_budget": 64, "speculation_budget_source": "measured",
+                         "speculation_bound_steps": 3})
+    assert line == "64 rows per step (measured knee); held back 3 steps"
+    assert _speculation({"speculation_budget": 8, "speculation_budget_source": "set",
+                         "speculation_bound_steps": 1}) == "8 rows per step (set); held back 1 step"
