@@ -1,4 +1,5 @@
-"""What the `specscale bench` commands share: list flags, the problems and output folder, the models."""
+"""What the measuring commands (`specscale bench ...`, `profile-threshold`, `profile-knee`) share: list
+flags, the problems and output folder, the models, storing a measured setting in a preset."""
 
 from __future__ import annotations
 
@@ -39,6 +40,36 @@ def parse_rates(text: str) -> list[float]:
     return rates
 
 
+def output_folder(out_dir) -> Path:
+    """``out_dir`` as a path, created with its parents if missing.
+
+    Raises:
+        click.UsageError: the folder cannot be created (the message names it).
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
+    return out
+
+
+def store_in_preset(preset: str, key: str, value) -> str:
+    """Store ``key = value`` in ``preset``'s ``[search]`` table (``--write``); returns the file written.
+
+    Raises:
+        click.UsageError: an unknown preset, a value the field refuses, or a file that cannot be
+            read or written (see :func:`core.preset_edit.set_search_field`).
+    """
+    from core.presets import PresetError
+    from core.preset_edit import set_search_field
+
+    try:
+        return str(set_search_field(preset, key, value))
+    except (PresetError, OSError) as exc:
+        raise click.UsageError(f"--write: {exc}") from exc
+
+
 def output_and_problems(out_dir, problems_file, limit: int):
     """The bench's output folder (created) and the first ``limit`` valid problems of ``problems_file``.
 
@@ -47,11 +78,7 @@ def output_and_problems(out_dir, problems_file, limit: int):
     """
     from core.io.problems import Problem, read_problems
 
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
+    out = output_folder(out_dir)
     problems = [p for p in read_problems(problems_file) if isinstance(p, Problem)][:limit]
     if not problems:
         raise click.UsageError(f"{problems_file}: no valid problems")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 import orjson
 
+from .bench_args import output_folder, store_in_preset
 from .options import build_settings, generator_options, settle_threads
 
 
@@ -92,18 +93,12 @@ def profile_knee(max_rows, context, repeats, min_gain, out_dir, write_preset, as
     from core.cpu_load import torch_threads
     from core.io.durable import write_atomically
     from core.models.loader import ModelLoadError
-    from core.presets import PresetError
-    from core.preset_edit import set_search_field
 
     from .bench_report import report_console
 
     preset = opts.get("preset")
     settings, _, _ = build_settings(opts)
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
+    out = output_folder(out_dir)
     console = report_console(stderr=as_json)
     console.print(f"loading {settings.generator}...")
     settle_threads(settings.threads, settings.device)
@@ -124,10 +119,7 @@ def profile_knee(max_rows, context, repeats, min_gain, out_dir, write_preset, as
               "cache": str(cached_at), "plot": str(plot_path),
               "json": str(json_path), "wrote_preset": None}
     if write_preset:
-        try:
-            result["wrote_preset"] = str(set_search_field(write_preset, "speculation_budget", profile.knee))
-        except (PresetError, OSError) as exc:
-            raise click.UsageError(f"--write: {exc}") from exc
+        result["wrote_preset"] = store_in_preset(write_preset, "speculation_budget", profile.knee)
     write_atomically(json_path, orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     saturated = profile.knee < profile.points[-1].rows
     found = (f"knee: {profile.knee} rows per step (the first batch whose doubling gains less than {min_gain:.0%} "

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 import orjson
 
+from .bench_args import output_folder, store_in_preset
 from .options import build_settings, prm_options, settle_threads
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -86,8 +87,6 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
     from core.cpu_load import torch_threads
     from core.io.durable import write_atomically
     from core.models.loader import ModelLoadError, load_model
-    from core.presets import PresetError
-    from core.preset_edit import set_search_field
     from core.solver import build_verifier
     from core.verify.profile import batch_sizes, profile_throughput, recommend_threshold, verification_requests
     from core.verify.reference import read_solved_problems
@@ -105,11 +104,7 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
         problems = read_solved_problems(files)
     except (OSError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.UsageError(f"cannot create output folder {out}: {exc}") from exc
+    out = output_folder(out_dir)
 
     console = report_console(stderr=as_json)
     console.print(f"loading {settings.prm} ({settings.scorer} scorer)...")
@@ -144,10 +139,7 @@ def profile_threshold(problem_files, min_tokens, max_tokens, repeats, out_dir, w
         "plot": str(plot_path), "json": str(json_path), "wrote_preset": None,
     }
     if write_preset:
-        try:
-            result["wrote_preset"] = str(set_search_field(write_preset, "lv_threshold", recommended))
-        except (PresetError, OSError) as exc:
-            raise click.UsageError(f"--write: {exc}") from exc
+        result["wrote_preset"] = store_in_preset(write_preset, "lv_threshold", recommended)
     write_atomically(json_path, orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     console.print(f"recommended lv_threshold: {recommended} tokens (smallest batch within "
                   f"{NEAR_BEST:.0%} of the best, {best:.0f} tokens/s); wrote {json_path}, {plot_path}"

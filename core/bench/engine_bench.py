@@ -87,10 +87,9 @@ def random_requests(n: int, prompt_range: tuple[int, int], output_range: tuple[i
 
 
 def _sync(device) -> None:
-    import torch
+    from core.engine.model_runner import synchronize
 
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronize(device)
 
 
 def graph_counts(engine) -> dict:

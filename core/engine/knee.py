@@ -161,6 +161,7 @@ def measure_rows(engine_factory, counts: list[int], context: int = DEFAULT_CONTE
     Raises:
         RuntimeError: a timed step was not a pure decode step of every row (an engine too small).
     """
+    from .model_runner import synchronize
     from .sequence import SamplingParams, StopCriteria
 
     engine = engine_factory(counts[-1], context + repeats + 8)
@@ -168,7 +169,7 @@ def measure_rows(engine_factory, counts: list[int], context: int = DEFAULT_CONTE
     rng = random.Random(seed)
     prompt = [rng.randrange(min(100, vocab - 1), vocab) for _ in range(context)]
     stop = StopCriteria(step_delimiter=None, max_tokens=repeats + 4, max_step_tokens=repeats + 4, ignore_eos=True)
-    sync = _synchronizer(engine)
+    device = next(engine.model.parameters()).device
     points = []
     for rows in counts:
         # one sequence computes the prompt's KV; the others then find it in the prefix cache
@@ -179,10 +180,10 @@ def measure_rows(engine_factory, counts: list[int], context: int = DEFAULT_CONTE
         engine.step()  # untimed: the first step at a new shape
         runs = []
         for _ in range(repeats):
-            sync()
+            synchronize(device)
             t0 = time.perf_counter()
             out = engine.step()
-            sync()
+            synchronize(device)
             runs.append(time.perf_counter() - t0)
             if out.num_decode_tokens != rows or out.num_prefill_tokens:
                 raise RuntimeError(f"profile step at {rows} rows ran {out.num_decode_tokens} decode and "
@@ -202,15 +203,6 @@ def measure_rows(engine_factory, counts: list[int], context: int = DEFAULT_CONTE
 def _prefill(engine, seqs) -> None:
     while engine.num_waiting or any(s.num_computed < len(s.token_ids) - 1 for s in seqs):
         engine.step()
-
-
-def _synchronizer(engine):
-    import torch
-
-    device = next(engine.model.parameters()).device
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
 
 
 def knee_cache_dir() -> Path:

@@ -32,6 +32,13 @@ def graphs_wanted(backend: str, device, enforce_eager: bool, dtype: torch.dtype 
     return backend == "flashinfer"
 
 
+def synchronize(device) -> None:
+    """Wait for the work queued on ``device`` (a CUDA device; nothing to wait for on a CPU), so a
+    host clock read after it times the work itself (seconds of a step, not of its launch)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
