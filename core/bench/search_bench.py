@@ -311,16 +311,27 @@ def add_ratios(results: dict[str, dict]) -> None:
     Each ratio is the median of the same-round ratios of ``throughput_runs``/``goodput_runs``
     (one per round), and ``ratio_vs_nonspec_runs``/``goodput_ratio_vs_nonspec_runs`` list them.
     """
+    _same_round_ratios(results, (("throughput_runs", "ratio_vs_nonspec"), ("goodput_runs", "goodput_ratio_vs_nonspec")))
     base = results.get(BASELINE)
     if not base:
         return
     for res in results.values():
-        for key, name in (("throughput", "ratio_vs_nonspec"), ("goodput", "goodput_ratio_vs_nonspec")):
-            ratios = [round(x / b, 3) for x, b in zip(res[f"{key}_runs"], base[f"{key}_runs"]) if b]
-            res[name] = round(statistics.median(ratios), 3) if ratios else None
-            res[f"{name}_runs"] = ratios
         if res.get("accuracy") is not None and base.get("accuracy") is not None:
             res["accuracy_delta_vs_nonspec"] = round(res["accuracy"] - base["accuracy"], 4)
+
+
+def _same_round_ratios(results: dict[str, dict], pairs) -> None:
+    """For each ``(runs key, ratio name)``: every policy's ratio to non-spec, the median of the
+    same-round ratios of its ``runs key`` list (one entry per round), and those ratios as
+    ``<ratio name>_runs`` (in place; nothing without a non-spec entry)."""
+    base = results.get(BASELINE)
+    if not base:
+        return
+    for res in results.values():
+        for key, name in pairs:
+            ratios = [round(x / b, 3) for x, b in zip(res[key], base[key]) if b]
+            res[name] = round(statistics.median(ratios), 3) if ratios else None
+            res[f"{name}_runs"] = ratios
 
 
 STUDY_FIELDS = ("normalized_latency_s_per_token", "mean_latency_s", "peak_kv_blocks", "wall_s", "throughput",
@@ -342,16 +353,8 @@ def _study_cell(runs: list[dict]) -> dict:
 def _study_ratios(row: dict[str, dict]) -> None:
     """Ratios against non-spec in one sweep value's row (in place): each the median of the same-round
     ratios (a slow spell of a shared machine hits every policy of a round alike)."""
-    base = row.get(BASELINE)
-    if not base:
-        return
-    pairs = (("throughput_runs", "ratio_vs_nonspec", False), ("goodput_runs", "goodput_ratio_vs_nonspec", False),
-             ("normalized_latency_runs", "normalized_latency_vs_nonspec", False))
-    for res in row.values():
-        for key, name, _ in pairs:
-            ratios = [round(x / b, 3) for x, b in zip(res[key], base[key]) if b]
-            res[name] = round(statistics.median(ratios), 3) if ratios else None
-            res[f"{name}_runs"] = ratios
+    _same_round_ratios(row, (("throughput_runs", "ratio_vs_nonspec"), ("goodput_runs", "goodput_ratio_vs_nonspec"),
+                             ("normalized_latency_runs", "normalized_latency_vs_nonspec")))
 
 
 def _run_study(models, settings, problems, policies, points: list[tuple[str, Any, int]], repeats: int,

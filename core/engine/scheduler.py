@@ -137,10 +137,14 @@ class Scheduler:
         sequence never evicts a higher-priority one).
         """
         paused = self._paused_victim()
-        if paused is not None:
-            return paused
+        return paused if paused is not None else self._running_victim(needy)
+
+    def _running_victim(self, needy: Sequence, lower_priority_only: bool = False) -> Sequence | None:
+        """The lowest-ranked running sequence holding KV that ranks below ``needy`` (with
+        ``lower_priority_only``, only one of a larger priority number: speculative work to a sure
+        sequence), or None."""
         for seq in sorted(self.running, key=_order, reverse=True):
-            if _order(seq) <= _order(needy):
+            if _order(seq) <= _order(needy) or (lower_priority_only and seq.priority <= needy.priority):
                 break
             if seq.block_table:
                 return seq
@@ -164,15 +168,12 @@ class Scheduler:
             self._fill(batch, room, lambda s: True)
             return batch
         self._fill(batch, room, _non_speculative, evict_speculative=True)
-        used = sum(n for _, n in batch)
-        spare = min(room.tokens, max(0, cap - used))
+        spare = min(room.tokens, max(0, cap - sum(n for _, n in batch)))
         budget_binds = spare < room.tokens  # the budget, not the step's own limit, caps speculation
-        spec_room = _Room(spare, room.reads)
+        room.tokens = spare
         if spare:
-            self._fill(batch, spec_room, _speculative)
-            room.tokens -= spare - spec_room.tokens
-            room.reads = spec_room.reads
-        if budget_binds and spec_room.tokens == 0:
+            self._fill(batch, room, _speculative)
+        if budget_binds and room.tokens == 0:
             scheduled = {id(seq) for seq, _ in batch}
             if any(_speculative(s) and id(s) not in scheduled for s in (*self.running, *self.waiting)):
                 self.num_budget_bound_steps += 1
@@ -217,7 +218,7 @@ class Scheduler:
                 if seq.num_preemptions or not self.running:
                     victim = self._paused_victim()
                 if victim is None and evict_speculative:
-                    victim = self._speculative_victim(seq)
+                    victim = self._running_victim(seq, lower_priority_only=True)
                 if victim is not None:
                     self._preempt(victim)
                     continue
@@ -229,15 +230,6 @@ class Scheduler:
             self._take_reads(seq, n, room)
             batch.append((seq, n))
             room.tokens -= n
-
-    def _speculative_victim(self, needy: Sequence) -> Sequence | None:
-        """The lowest-ranked running speculative sequence holding KV that ranks below ``needy``."""
-        for seq in sorted(self.running, key=_order, reverse=True):
-            if seq.priority <= needy.priority or _order(seq) <= _order(needy):
-                return None
-            if seq.block_table:
-                return seq
-        return None
 
     @staticmethod
     def _reads_in(seq: Sequence, n: int) -> tuple[list[int], int, int]:
