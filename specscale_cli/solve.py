@@ -321,7 +321,7 @@ def _start_pool(plan: RunPlan, cleanup: ExitStack):
 def _search(plan: RunPlan, engines: _Engines, stream, tally: _Tally, progress, signals: StopSignals):
     """Search ``stream`` in this process (``engines.runtime``) or on the replicas of
     ``engines.pool``, writing each record as its problem finishes and counting it in ``tally``."""
-    from core.io.writers import AnswerWriter, write_trace
+    from core.io.writers import TRACES_DIRNAME, AnswerWriter, write_trace
     from core.search.records import answer_record, count_record, error_record, problem_trace
 
     out, counts = plan.out, tally.counts
@@ -331,7 +331,8 @@ def _search(plan: RunPlan, engines: _Engines, stream, tally: _Tally, progress, s
             # one problem's files are written whole: a stop signal waits for the end of this block
             with signals.critical():
                 if trace is not None:
-                    write_trace(out, record["id"], trace)
+                    # the record names its tree, for `specscale trace OUT/<this>` (relative: OUT may move)
+                    record["trace"] = f"{TRACES_DIRNAME}/{write_trace(out, record['id'], trace).name}"
                 # the answer line comes last: once it is on disk the problem is done, trace included
                 # (--resume skips it); a run stopped before it leaves a trace that the rerun replaces
                 writer.write(record)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -13,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
+
+from core.io.writers import ANSWERS_FILENAME, TRACES_DIRNAME, safe_filename
 
 STATUS_STYLE = {
     "completed": "bold green", "selected": "green", "verified": "cyan", "finished": "cyan",
@@ -47,10 +50,60 @@ def load_trace(path: Path) -> dict:
     except OSError as exc:
         raise click.BadParameter(f"cannot read {path}: {exc.strerror}", param_hint="TRACE") from exc
     except orjson.JSONDecodeError as exc:
-        raise click.BadParameter(f"{path}: invalid JSON ({exc})", param_hint="TRACE") from exc
+        hint = (f"; {path.name} is a run's answers file: pass its folder and --id ID to show one "
+                f"problem's tree" if path.name == ANSWERS_FILENAME else "")
+        raise click.BadParameter(f"{path}: invalid JSON ({exc}){hint}", param_hint="TRACE") from exc
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not data["nodes"]:
         raise click.BadParameter(f"{path}: not a specscale trace (no 'nodes' list)", param_hint="TRACE")
     return data
+
+
+def resolve_trace(target: Path, problem_id: str | None) -> Path:
+    """The trace file ``target`` names: a trace file itself, or with ``problem_id`` the trace of
+    that problem in a run's output folder (``target`` the folder, its ``answers.jsonl`` or its
+    ``traces/``), the file name as :func:`core.io.writers.safe_filename` gives it.
+
+    Raises:
+        click.BadParameter: a folder without ``--id`` (the message names some of its ids), an id
+            the run has no trace for, or ``--id`` with a trace file.
+    """
+    if target.is_file() and target.name != ANSWERS_FILENAME:
+        if problem_id is not None:
+            raise click.BadParameter(f"{target} is one trace file already; --id picks a problem in a run's "
+                                     f"output folder", param_hint="--id")
+        return target
+    out = target.parent if target.name in (ANSWERS_FILENAME, TRACES_DIRNAME) else target
+    if not target.exists():
+        return target  # load_trace names the missing file
+    traces = out / TRACES_DIRNAME
+    if problem_id is None:
+        ids = _record_ids(out / ANSWERS_FILENAME)
+        some = ", ".join(ids[:5]) + (f" ... ({len(ids)} in all)" if len(ids) > 5 else "")
+        raise click.BadParameter(f"{target} is a run's output, not one trace: pass --id ID to show one problem's "
+                                 f"tree" + (f" (ids: {some})" if ids else f" (no answer records in {out})"),
+                                 param_hint="TRACE")
+    path = traces / safe_filename(problem_id)
+    if not path.is_file():
+        raise click.BadParameter(f"no trace of problem {problem_id!r} in {traces} (it has no answer record, or "
+                                 f"the run used --no-traces)", param_hint="--id")
+    return path
+
+
+def _record_ids(answers: Path) -> list[str]:
+    """Ids of the answer records in ``answers`` (error records have no trace), in file order."""
+    ids = []
+    try:
+        lines = answers.read_bytes().splitlines()
+    except OSError:
+        return ids
+    for line in lines:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("id"), str) and "error" not in record:
+            ids.append(record["id"])
+    return ids
 
 
 def best_path(nodes: list[dict]) -> set[int]:
@@ -107,8 +160,12 @@ def summarize(trace: dict) -> dict:
     }
 
 
+# control characters a model may emit (ESC, BEL, backspace...) would drive the terminal: shown escaped
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _short(text: str, width: int) -> str:
-    one_line = " ".join(text.split())
+    one_line = _CONTROL.sub(lambda m: repr(m.group())[1:-1], " ".join(text.split()))
     return one_line if len(one_line) <= width else one_line[: width - 1] + "…"
 
 
@@ -217,6 +274,8 @@ def to_dot(trace: dict, width: int = 40) -> str:
 
 @click.command()
 @click.argument("trace_file", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--id", "problem_id", metavar="ID", default=None,
+              help="With TRACE a run's output folder (or its answers.jsonl): show the tree of problem ID.")
 @click.option("--format", "fmt", type=click.Choice(["tree", "text", "dot", "json"]), default="tree", show_default=True,
               help="tree: the tree with a legend and summary counts; text: the same without colours; dot: "
                    "Graphviz source; json: summary counts.")
@@ -225,8 +284,9 @@ def to_dot(trace: dict, width: int = 40) -> str:
                    "whole rows).")
 @click.option("--width", type=click.IntRange(min=10), default=70, show_default=True,
               help="Characters of step text per row (rows are also cut at the terminal's width).")
-def trace(trace_file, fmt, output, width):
-    """Show one search tree (OUT/traces/<id>.json written by `specscale solve`).
+def trace(trace_file, problem_id, fmt, output, width):
+    """Show one search tree: TRACE is OUT/traces/<id>.json written by `specscale solve`, or the
+    run's folder OUT with --id ID.
 
     Each row is one candidate step: depth, its PRM step score (s), its status (with the path
     score p of a completed path), then its text.
@@ -239,7 +299,7 @@ def trace(trace_file, fmt, output, width):
     ~          a speculative step
     xK         a step shared by K candidates (CD)
     """
-    data = load_trace(trace_file)
+    data = load_trace(resolve_trace(trace_file, problem_id))
     if fmt in ("tree", "text"):
         if output:
             # a file gets plain text with whole rows, whatever the terminal

@@ -126,6 +126,17 @@ def test_trace_command_views(tiny_dir, tmp_path):
     bad.write_text("[1, 2]")
     res = runner.invoke(cli, ["trace", str(bad)])
     assert res.exit_code == 2 and "not a specscale trace" in res.output
+    # the record names its tree, and the run's folder with --id finds the same file
+    assert rec["trace"] == f"traces/{path.name}" and (out / rec["trace"]).is_file()
+    by_id = runner.invoke(cli, ["trace", str(out), "--id", rec["id"], "--format", "json"])
+    assert by_id.exit_code == 0 and orjson.loads(by_id.output) == summary
+    for target in (out, out / "answers.jsonl"):
+        res = runner.invoke(cli, ["trace", str(target)])
+        assert res.exit_code == 2 and "--id" in res.output and rec["id"] in res.output, res.output
+    res = runner.invoke(cli, ["trace", str(out / "answers.jsonl"), "--id", "no-such-id"])
+    assert res.exit_code == 2 and "no trace of problem 'no-such-id'" in res.output
+    res = runner.invoke(cli, ["trace", str(path), "--id", rec["id"]])
+    assert res.exit_code == 2 and "one trace file already" in res.output
 
 
 def test_existing_output_is_refused_unless_overwrite(tiny_dir, tmp_path):

@@ -130,3 +130,14 @@ def test_a_file_gets_whole_rows_whatever_the_terminal(trace_file, tmp_path):
     # the whole step text and the row's end (status, path score), not cut at the terminal's 50 columns
     assert "word " * 39 in row and "completed [eos] p 0.950" in row and row.endswith("word")
     assert not any(line != line.rstrip() for line in text.splitlines())  # no trailing padding
+
+
+def test_control_characters_a_model_wrote_are_shown_escaped(tmp_path):
+    nodes = [dict(n) for n in NODES]
+    nodes[4]["text"] = "the answer is \x1b[31m42\x07 done"
+    path = tmp_path / "ctl.json"
+    path.write_bytes(orjson.dumps({**TRACE, "nodes": nodes}))
+    res = CliRunner().invoke(cli, ["trace", str(path), "--format", "text"], env={"COLUMNS": "160"})
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.output and "\x07" not in res.output
+    assert "the answer is \\x1b[31m42\\x07 done" in res.output
