@@ -28,7 +28,12 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "check-explain", "approximate", "half-day",
          # numbers in words; what a chat model writes after its answer (offers, notes, a next turn,
          # a corrected label); symbols and words of one answer (∪, ¢ against $, \sqrt13, articles)
-         "number-words", "after-answer", "symbols-words"}
+         "number-words", "after-answer", "symbols-words",
+         # a $ that is money (and thousands in spaces or {,}); two values named, or one contrasted with
+         # another; a bare last line or a choice letter with its option; display math over lines, an
+         # equation whole, a sentence under a label; mixed numbers, repeating decimals, bases, dashes,
+         # square units, "or" unions; exercises, offers and asides after the answer, a list of boxed cases
+         "money-signs", "hedges", "bare-final", "displays-equations", "number-forms", "follow-ups"}
 
 
 def _rows() -> list[dict]:

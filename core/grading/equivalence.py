@@ -22,8 +22,12 @@ Both sides go through the same normalisation before anything compares them (:fun
    ``-2``), in order when the gold names them and the answer does not (so a set of two is never
    the tuple or interval ``(1, 2)``, one item);
 5. a time or ratio (``7:30``, ``3:2``) equals only one with the same numbers in the same order;
-6. ``\\sqrt13`` is the root of 13 (what a model means, not TeX's ``\\sqrt{1}3``); word answers
-   compare without case and a leading article (``an ellipse`` = ``\\text{ellipse}``);
+6. ``\\sqrt13`` is the root of 13 (what a model means, not TeX's ``\\sqrt{1}3``), a repeating decimal
+   its fraction (``1.\\overline{3}`` = ``\\frac43``), a plain-text mixed number one (``137 1/2``);
+   numbers that both name their base compare by value (``40_{10}`` is not ``40_9``); inequalities
+   joined by "or" are the union of their intervals; "square"/"cubic" units are powers; word answers
+   compare without case, a leading article or direction verb (``an ellipse`` = ``\\text{ellipse}``,
+   ``facing east`` = ``east``);
    equal normalised strings are equal; otherwise math-verify decides, in a child process with a hard
    time limit (:mod:`core.grading.mv_worker`, which also holds the exactness, interval and power
    rules), and only when it reads the gold *whole*: a gold it cannot parse (prose, ``t(0,4]``) is
@@ -39,6 +43,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 from .extract import _THOUSANDS_RUN, normalise_unicode
 from .mv_worker import MathVerifyProcess
@@ -100,8 +105,8 @@ _UNICODE_LATEX = {"−": "-", "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "�
                   "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "∞": "\\infty ", "π": "\\pi ", "∈": "\\in ",
                   "∪": "\\cup ", "∩": "\\cap ", "¢": " cents "}
 _UNICODE_SQRT = re.compile(r"√\s*(?:\((?P<p>[^()]*)\)|\{(?P<b>[^{}]*)\}|(?P<t>\d+(?:\.\d+)?|[A-Za-z]|\\[A-Za-z]+))")
-# A top-level "and" between list items ("2 and 5", "1, 3, and 5", "1 \text{ and } 5" once unwrapped)
-_AND = re.compile(r"\s*,?\s+and\s+")
+# A top-level "and" or "or" between list items ("2 and 5", "1, 3, and 5", "1 \text{ and } 5" once unwrapped)
+_AND = re.compile(r"\s*,?\s+(?:and|or)\s+")
 # A time or ratio: numbers joined by colons, a time perhaps with a.m. / p.m.
 _COLON_FORM = re.compile(r"^(?P<numbers>\d+(?:\.\d+)?(?:\s*:\s*\d+(?:\.\d+)?)+)(?:\s*(?P<half>[ap])\.?\s*m\.?)?$",
                          re.IGNORECASE)
@@ -205,7 +210,8 @@ def _unicode_to_latex(s: str) -> str:
 
 
 def _join_and(s: str) -> str:
-    """A top-level "and" between items is a comma: ``2 and 5`` -> ``2, 5`` (inside brackets it stays)."""
+    """A top-level "and" or "or" between items is a comma: ``2 and 5`` -> ``2, 5``, and a hedge names
+    two answers (``24 or 32`` -> ``24, 32``; inside brackets it stays)."""
     out, last = [], 0
     for m in _AND.finditer(s):
         head = s[:m.start()]
@@ -230,6 +236,17 @@ def _currency(ans: str) -> str | None:
 
 # \sqrt13: what a model means is the root of the number, not TeX's \sqrt{1}3
 _BARE_SQRT = re.compile(r"\\sqrt[ \t]*(\d+)")
+# a mixed number in plain text, 137 1/2, read as the LaTeX one (math-verify's 137\frac{1}{2} is 275/2)
+_MIXED = re.compile(r"(?<![\d./])(\d+)\s+(\d+)/(\d+)(?![\d/])")
+# a repeating decimal: 1.\overline{3}, 0.1\overline{6}, 0.\dot{3}
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|dot)\s*\{?(\d+)\}?")
+
+
+def _repeating_fraction(m: re.Match) -> str:
+    """A repeating decimal as the fraction it is: ``1.\\overline{3}`` -> ``\\frac{4}{3}``."""
+    whole, fixed, period = m.group(1) or "0", m.group(2), m.group(3)
+    value = Fraction(int(whole + fixed + period) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(period) - 1))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}" if value.denominator != 1 else str(value.numerator)
 
 
 def _prepare(ans: str) -> str:
@@ -237,6 +254,9 @@ def _prepare(ans: str) -> str:
     s = _strip_wrappers(_unicode_to_latex(str(ans)))
     s = _LEFT_RIGHT.sub("", s)
     s = _BARE_SQRT.sub(r"\\sqrt{\1}", s)
+    s = _REPEATING.sub(_repeating_fraction, s)
+    s = _MIXED.sub(lambda m: f"{m.group(1)}\\frac{{{m.group(2)}}}{{{m.group(3)}}}"
+                   if int(m.group(2)) < int(m.group(3)) else m.group(0), s)
     s = _unwrap_text(s)
     s = s.replace("\\$", "")
     s = _UNESCAPED_DOLLAR.sub("", s)
@@ -295,8 +315,13 @@ def _unit_word(word: str) -> str:
 
 def _unit_key(unit: str) -> str:
     """Units compared without spaces, braces, case, plural endings or spelling (``cm^{2}`` = ``CM^2``,
-    inch = inches, m = meters = metre)."""
+    inch = inches, m = meters = metre, square inches = inches^2, cubic feet = ft^3)."""
     u = re.sub(r"\s*\^\s*", "^", re.sub(r"[{}]", "", unit))
+    # square inches = inches squared = inches^2, cubic feet = feet^3
+    u = re.sub(r"\b(?:square|sq\.?)\s+([A-Za-z]+)|\b([A-Za-z]+)\s+squared\b", lambda m: (m.group(1) or m.group(2)) + "^2",
+               u, flags=re.IGNORECASE)
+    u = re.sub(r"\bcubic\s+([A-Za-z]+)|\b([A-Za-z]+)\s+cubed\b", lambda m: (m.group(1) or m.group(2)) + "^3", u,
+               flags=re.IGNORECASE)
     u = re.sub(r"[A-Za-z]+", lambda m: _unit_word(m.group(0)), u.replace("\\cdot", "*"))
     return re.sub(r"\s+", "", u)
 
@@ -437,9 +462,65 @@ def _items(s: str) -> list[str]:
     return _expand_pm(items)
 
 
+_LESS = {"<": "<", "\\lt": "<", "\\le": "<=", "\\leq": "<=", "\\leqslant": "<=",
+         ">": ">", "\\gt": ">", "\\ge": ">=", "\\geq": ">=", "\\geqslant": ">="}
+_REL = r"(<|>|\\l(?:eq?(?:slant)?|t)(?![A-Za-z])|\\g(?:eq?(?:slant)?|t)(?![A-Za-z]))"
+_BOUND = r"([^<>=\\,]+?|-?\\infty|[^<>=,]*?\\(?:frac|sqrt|pi)[^<>=,]*?)"
+_CHAIN = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*([A-Za-z])\s*{_REL}\s*{_BOUND}\s*$")
+_ONE_SIDE = re.compile(rf"^\s*([A-Za-z])\s*{_REL}\s*{_BOUND}\s*$")
+_ONE_SIDE_REVERSED = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*([A-Za-z])\s*$")
+
+
+def _interval_of(item: str) -> tuple[str, str] | None:
+    """``(variable, interval)`` for an inequality in one variable: ``0 < x \\le 4`` -> ``("x", "(0,4]")``,
+    ``x > 3`` -> ``("x", "(3,\\infty)")``; None for anything else."""
+    def lower(rel, bound):  # x rel bound with rel in > >=: the interval starts at bound
+        return ("[" if rel == ">=" else "(") + bound.strip()
+
+    def upper(rel, bound):
+        return bound.strip() + ("]" if rel == "<=" else ")")
+
+    m = _CHAIN.match(item)
+    if m:
+        a, r1, var, r2, b = m.groups()
+        r1, r2 = _LESS[r1], _LESS[r2]
+        if r1[0] == r2[0] == "<":
+            return var, lower(">=" if r1 == "<=" else ">", a) + "," + upper(r2, b)
+        if r1[0] == r2[0] == ">":  # b > x > a
+            return var, lower(">=" if r2 == ">=" else ">", b) + "," + upper("<=" if r1 == ">=" else "<", a)
+        return None
+    m = _ONE_SIDE.match(item)
+    if m:
+        var, rel, bound = m.group(1), _LESS[m.group(2)], m.group(3)
+    else:
+        m = _ONE_SIDE_REVERSED.match(item)
+        if not m:
+            return None
+        bound, rel, var = m.group(1), _LESS[m.group(2)], m.group(3)
+        rel = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[rel]  # a < x is x > a
+    if rel[0] == "<":
+        return var, "(-\\infty," + upper(rel, bound)
+    return var, lower(rel, bound) + ",\\infty)"
+
+
+def _as_union(items: list[str]) -> str | None:
+    """Inequalities in one variable joined by "or" (or listed) as the union of their intervals:
+    ``x<2, x>3`` -> ``(-\\infty,2) \\cup (3,\\infty)``; None unless every item is such an inequality."""
+    if len(items) == 1:
+        items = re.split(r"\s+or\s+|\s*\\(?:lor|vee)\s*", items[0])
+    if len(items) < 2:
+        return None
+    intervals = [_interval_of(item) for item in items]
+    if not all(intervals) or len({var for var, _ in intervals}) != 1:
+        return None
+    return " \\cup ".join(interval for _, interval in intervals)
+
+
 def _words_key(s: str) -> str:
-    """A word answer's key: lowercased, without a leading article."""
-    return canonical_answer(re.sub(r"^(?:a|an|the)\s+(?=\S)", "", s.strip(), flags=re.IGNORECASE)).lower()
+    """A word answer's key: lowercased, without a leading article or a verb of direction (``facing east``)."""
+    s = re.sub(r"^(?:a|an|the)\s+(?=\S)", "", s.strip(), flags=re.IGNORECASE)
+    s = re.sub(r"^(?:facing|heading|pointing|moving|going|travell?ing|looking)\s+(?=\S)", "", s, flags=re.IGNORECASE)
+    return canonical_answer(s).lower()
 
 
 def _is_prose(s: str) -> bool:
@@ -581,9 +662,24 @@ class Grade:
     timed_out: bool = False
 
 
+def _in_base(s: str) -> int | None:
+    """The value of a number written with its base as a subscript (``40_9`` -> 36, ``1011_{2}`` -> 11),
+    else None (also for digits the base does not have)."""
+    m = re.fullmatch(r"([0-9A-Za-z]+)_\{?(\d+)\}?", s.replace(" ", ""))
+    if not m or not 2 <= int(m.group(2)) <= 36:
+        return None
+    try:
+        return int(m.group(1), int(m.group(2)))
+    except ValueError:
+        return None
+
+
 def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     """``(equivalent, timed_out)`` for one prepared item on each side."""
     pred, gold = _drop_units(pred, gold, variables)
+    based = _in_base(pred), _in_base(gold)
+    if None not in based:  # both name their base: 40_{10} is not 40_9
+        return based[0] == based[1], False
     (pred_name, pred), (gold_name, gold) = _split_name(pred), _split_name(gold)
     if not pred or not gold or _case_conflict(pred, gold) or _names_conflict(pred_name, gold_name):
         return False, False
@@ -652,6 +748,9 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
         if canonical_answer(pred_s) == canonical_answer(gold_s):
             return Grade(True, reading, timed_out)
         g_items, p_items = _items(gold_s), _items(pred_s)
+        # inequalities joined by "or" are the union of their intervals: x<2 or x>3 = (-\infty,2) \cup (3,\infty)
+        g_union, p_union = _as_union(g_items), _as_union(p_items)
+        g_items, p_items = [g_union] if g_union else g_items, [p_union] if p_union else p_items
         if len(g_items) != len(p_items):
             return Grade(False, reading, timed_out)
         # items the gold names (a=2, b=3) are taken in order by an answer that names none (2, 3)

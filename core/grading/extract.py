@@ -27,6 +27,10 @@ _BOX_CMD = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # the whole run of digits and commas (``27,54,108,135`` has a group of two: it is a list, and so
 # are all its commas; ``1,2`` is a list of solutions).
 _THOUSANDS_RUN = re.compile(r"(?<!\d)(?<!\d,)\d{1,3}(?:,\d{3})+(?!,?\d)")
+# LaTeX's thousands separators in a number (``70{,}000``, ``10,\!080``) and a space between groups of
+# three (``95 200``, the SI style; NFKC made thin and no-break spaces plain), read as a plain comma
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!)[ ]?(?=\d{3}(?!\d))")
+_SPACED_THOUSANDS = re.compile(r"(?<![\d,.])\d{1,3}(?: \d{3})+(?![\d,]| \d)")
 
 _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+answer)\s*(?:is\b|:)\s*:?", re.IGNORECASE)
 # A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case; or a heading
@@ -41,6 +45,14 @@ _HASH_LINE = re.compile(r"####(?![ \t]*(?:[A-Za-z]{2}|\(?[A-Za-z0-9]{1,3}[.):][ 
 # A line that opens a new problem, as in the few-shot prompts models continue after their answer
 _NEXT_QUESTION = re.compile(r"^[ \t>*_#]*(?:question|q|problem|user|human)(?:[ \t]*\d+)?[ \t*_]*[:：.][ \t*_]*\S",
                             re.IGNORECASE | re.MULTILINE)
+# A line that opens an exercise or an offer of the model's own after its solution: "Follow-up question:",
+# "Try it yourself: ...", "Related practice: ...", "Next question: ...", "Would you like me to ..."
+_FOLLOW_UP = re.compile(r"^[ \t>*_#-]*(?:(?:next|new|another|related|similar|bonus|extra|follow[- ]?up)"
+                        r"(?:[ \t]+(?:question|problem|practice|exercise|example|challenge))?[ \t*_]*[:：]"
+                        r"|(?:try[ \t]+it[ \t]+yourself|practice(?:[ \t]+(?:question|problem))?|exercise|challenge)"
+                        r"[ \t*_]*[:：!]"
+                        r"|(?:would|do)[ \t]+you[ \t]+(?:like|want)\b|shall[ \t]+i\b|want[ \t]+me[ \t]+to\b)",
+                        re.IGNORECASE | re.MULTILINE)
 # A number as written in prose: digits (thousands groups kept together, see _THOUSANDS_RUN), a
 # decimal part, an exponent (``4e-3``).
 _NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
@@ -48,8 +60,8 @@ _WORD = re.compile(r"[A-Za-z]+")
 _OPERATORS = "+-*/^×÷·−<>≤≥≠±∓∪∩"
 _SIGNS = "-+−±∓"
 _SYMBOLS = "π∞"  # operands written as one character
-# "and" between two numbers of a list: "2 and 5", "1, 3, and 5"
-_AND_ITEM = re.compile(r"and[ \t]+(?=[-+−]?\d)")
+# "and" / "or" between two numbers of a list: "2 and 5", "1, 3, and 5", "24 or 32" (a hedge names both)
+_AND_ITEM = re.compile(r"(?:and|or)[ \t]+(?=[-+−]?(?:\\?\$)?\d)")
 # A unit after a number in math: a few words, then the end of the sentence ("$5$ m.", "$12$ square feet")
 _UNIT_AFTER = re.compile(r"[ \t]+([A-Za-z]+(?:\^\{?\d\}?)?(?:(?:[ \t]+|[ \t]*/[ \t]*)[A-Za-z]+(?:\^\{?\d\}?)?){0,2})"
                          r"[ \t]*(?=[.,;!]?[ \t]*(?:$|\n)|[.,;!][ \t])")
@@ -64,7 +76,10 @@ _SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾ⁿ", "01234567
 _SUPERSCRIPT_RUN = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
 _VULGAR_FRACTION = re.compile(r"(\d*)([\u00bc-\u00be\u2150-\u215e])")
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
+# a hyphen or en dash written as a minus sign: before a number, after no term ("= –128"; "3–5" is a range)
+_DASH_MINUS = re.compile(r"(?<![\w)\]}.])[\u2010-\u2013](?=\d)")
 _OPEN, _CLOSE = "([{", ")]}"
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
 # Between two math segments that together are one answer: "$69$ and $84$", "$1$, $3$ or $5$".
 _SEGMENT_JOINER = re.compile(r"^\s*(?:,|and|or|,\s*and|,\s*or)\s*$", re.IGNORECASE)
 
@@ -75,7 +90,8 @@ def normalise_unicode(text: str) -> str:
     NFKC (full-width digits, letters and brackets ``（３，５）`` -> ``(3,5)``, ``－`` -> ``-``, non-breaking
     and other spaces -> a space, ``：`` -> ``:``), after superscripts became powers (``x²`` -> ``x^{2}``,
     which NFKC would make ``x2``) and vulgar fractions (``½`` -> ``1/2``, ``3½`` -> ``(3+1/2)``);
-    invisible characters go and the ideographic full stop is a full stop. The minus sign U+2212 and
+    invisible characters go and the ideographic full stop is a full stop; a hyphen or en dash before a
+    number where no term precedes it is a minus (``= –128``; the range ``3–5`` stays). The minus sign U+2212 and
     math symbols (``≤``, ``π``, ``√``) stay: extraction reads them as they are and grading maps them
     to LaTeX.
     """
@@ -90,6 +106,7 @@ def normalise_unicode(text: str) -> str:
 
     text = _VULGAR_FRACTION.sub(fraction, text)
     text = unicodedata.normalize("NFKC", text)
+    text = _DASH_MINUS.sub("-", text)
     return text.replace("\u2044", "/").replace("。", ". ").replace("、", ", ")
 
 
@@ -187,12 +204,16 @@ def last_boxed(text: str) -> str | None:
     return boxes[-1].content if boxes else None
 
 
+_LIST_ITEM = re.compile(r"[ \t]*(?:[-*•+]|\d{1,2}[.)])[ \t]+")
+
+
 def final_boxes(text: str) -> str | None:
     """The answer the boxes of a solution give: the last box, or the list of boxes on its line.
 
     A two-answer problem is often closed with ``\\boxed{69}`` and ``\\boxed{84}`` on one line; keeping
     only the last would drop an answer. So when the line of the last box holds several boxes, the
-    answer is their contents joined by ``", "`` (``"69, 84"``). Boxes on earlier lines (intermediate
+    answer is their contents joined by ``", "`` (``"69, 84"``); so is a bulleted or numbered list
+    of cases closing the text with a box in each item. Boxes on earlier lines (intermediate
     results) are ignored.
 
     Args:
@@ -210,6 +231,12 @@ def final_boxes(text: str) -> str | None:
     if not boxes or not boxes[-1].content:
         return None
     line_start = text.rfind("\n", 0, boxes[-1].start) + 1
+    # a list of cases, one box each, closing the text ("- $a=0$ gives $x=\\boxed{3}$" ...): all its boxes
+    while _LIST_ITEM.match(text, line_start) and line_start > 0:
+        previous = text.rfind("\n", 0, line_start - 1) + 1
+        if not (_LIST_ITEM.match(text, previous) and any(previous <= b.start < line_start - 1 for b in boxes)):
+            break
+        line_start = previous
     on_line = [b.content for b in boxes if b.start >= line_start and b.content]
     return ", ".join(on_line)
 
@@ -242,7 +269,8 @@ def gsm8k_hash_answer(text: str) -> str | None:
 def math_segments(text: str, start: int = 0) -> list[tuple[int, int, str]]:
     """Inline and display math in ``text`` from ``start``: ``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``.
 
-    An escaped dollar (``\\$18.90``, currency) is text inside or outside math, never a delimiter.
+    An escaped dollar (``\\$18.90``, currency) is text inside or outside math, never a delimiter; so is
+    an unescaped one that can only be money (:func:`_currency_sign`: ``$80,000 + $50,000``).
 
     Returns:
         ``(start, end, content)`` per closed segment, in order; ``content`` is stripped. A segment
@@ -270,11 +298,27 @@ def math_segments(text: str, start: int = 0) -> list[tuple[int, int, str]]:
             end = _find_unescaped(text, delim, i + len(delim))
             if end < 0:
                 return out
+            if delim == "$" and _currency_sign(text, i, end):
+                i += 1  # a dollar sign: the next "$" may open math
+                continue
             out.append((i, end + len(delim), text[i + len(delim):end].strip()))
             i = end + len(delim)
             continue
         i += 1
     return out
+
+
+def _currency_sign(text: str, start: int, end: int) -> bool:
+    """Whether the ``$`` at ``start`` is a dollar sign rather than the math its ``$`` at ``end`` would close.
+
+    TeX's inline math never holds a paragraph break, and a model's math does not end in a space:
+    ``$80,000 + $50,000`` and ``The answer is $20.`` followed by a blank line and ``... for $4 each``
+    are money. So a ``$`` before a digit whose closing ``$`` follows a space, or lies past a blank
+    line, is currency.
+    """
+    if _BLANK_LINE.search(text, start, end):
+        return True
+    return start + 1 < len(text) and text[start + 1].isdigit() and text[end - 1] in " \t\n"
 
 
 def _find_unescaped(text: str, delim: str, start: int) -> int:
@@ -331,6 +375,8 @@ def leading_expression(text: str) -> str | None:
                 depth, i = depth + 1, j + 1
             elif ch in _SIGNS or ch == "√":
                 i = j + 1
+            elif re.match(r"\\?\$\d", s[j:]):  # a dollar sign before the number: "$24 or $32"
+                i = j + (2 if ch == "\\" else 1)
             elif spaced and depth == 0 and _AND_ITEM.match(s, j) and s[:i].rstrip().endswith(","):
                 i = _AND_ITEM.match(s, j).end()  # "1, 3, and 5"
             else:
@@ -339,6 +385,9 @@ def leading_expression(text: str) -> str | None:
             i, expect_operand = j + 1, True
         elif ch == ":" and last_number and re.match(r":[ ]*\d", s[j:]):
             i, expect_operand = j + 1, True
+        elif spaced and last_number and _mixed_fraction(s, end, j):  # a mixed number: "137 1/2 miles"
+            i = end = _mixed_fraction(s, end, j)
+            last_number = False
         elif ch in _CLOSE and depth > 0:
             depth, i, end, last_number = depth - 1, j + 1, j + 1, False
         elif ch == ",":
@@ -362,6 +411,19 @@ def leading_expression(text: str) -> str | None:
     return drop_thousands_separators(expr).strip() or None
 
 
+# a multiple-choice letter in brackets, alone or before its option's text
+_CHOICE = re.compile(r"[*_]*\\?\(\s*([A-E])\s*\\?\)[*_]*(?=[\s.,;:]|$)")
+
+
+def _mixed_fraction(s: str, number_end: int, j: int) -> int | None:
+    """End of the proper fraction at ``s[j]`` that makes the whole number ending at ``number_end`` a
+    mixed number (``1 4/5``), else None."""
+    m = re.match(r"(\d+)/(\d+)(?![\d/.])", s[j:])
+    if m and int(m.group(1)) < int(m.group(2)) and re.search(r"(?<![\d.,])\d+$", s[:number_end]):
+        return j + m.end()
+    return None
+
+
 # How an answer was read after "the answer is": its math, the expression it starts with, an expression
 # after some prose ("is not 7", "approximately 18"), or plain words.
 _MATH, _EXPRESSION, _LATER_EXPRESSION, _WORDS = "math", "expression", "later expression", "words"
@@ -374,6 +436,9 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     """
     lead = re.match(r"[\s:*_]*", rest)
     body = rest[lead.end():]
+    choice = _CHOICE.match(body)
+    if choice:  # a choice letter, perhaps with its option's text: "(B) $3(1+r/10)^x=7$"
+        return f"({choice.group(1)})", _EXPRESSION
     segments = math_segments(body)
     if segments and segments[0][0] == 0:
         parts = [segments[0][2]]
@@ -396,10 +461,17 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     sentence = m.group(1).replace("**", "").strip()
     if not sentence:
         return None, _WORDS
+    if math_segments(sentence) and _outside_math(sentence, _STATES):
+        # a sentence under the label: "The measure of $\\alpha$ is $145^\\circ$." states its answer
+        stated = closing_answer(sentence)
+        if stated:
+            return stated, _MATH
     if "\\" in sentence:  # LaTeX without $: take it whole
         return sentence.rstrip(".").strip() or None, _MATH
-    if "=" in sentence:  # "2 * 1 = 2 bolts": the value is after the last "="
+    if "=" in sentence and not _is_equation(sentence):  # "2 * 1 = 2 bolts": the value is after the last "="
         sentence = sentence.rsplit("=", 1)[1].strip()
+    elif "=" in sentence:  # an equation is the answer whole: "the plane is 5x-7y+11z+4=0."
+        return sentence.rstrip(".").strip(), _EXPRESSION
     expr = leading_expression(sentence)
     if expr is not None:
         return _with_half_day(expr, sentence), _EXPRESSION
@@ -428,11 +500,17 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
     A model that writes ``#### 18`` and goes on to invent a new problem ending in ``#### 7``
     answered 18: the first ``####`` closes the solution. So does a new question after a stated
     answer: a line opening ``Question:``, ``Q:`` or ``Problem 2:`` (the few-shot layout models
-    continue) once "the answer is X" or a box came before it. Without either the text is whole.
+    continue) once "the answer is X" or a box came before it; and, once a number came before it, a
+    line opening an exercise or an offer of the model's own ("Follow-up question:", "Try it
+    yourself:", "Next question:", "Would you like me to ..."). Without these the text is whole.
     """
     m = _HASH_LINE.search(text)
     if m:
         text = text[:m.end()]
+    for follow in _FOLLOW_UP.finditer(text):
+        if re.search(r"\d", text[:follow.start()]):
+            text = text[:follow.start()]
+            break
     for question in _NEXT_QUESTION.finditer(text):
         before = text[:question.start()]
         if _ANSWER_PHRASE.search(before) or _ANSWER_LABEL.search(before) or _BOX_CMD.search(before):
@@ -464,8 +542,11 @@ def extract_answer(text: str) -> str | None:
     A phrase or labelled line after the last box or ``####`` line is a correction and wins over
     them, when it starts with math or an expression (not words: "the answer is consistent", "the
     answer is not 7"); "Corrected answer:" / "Revised answer:" are labelled lines too. A new chat
-    turn (``User:``, ``Human:``) after a stated answer closes the solution like a new question. An
-    answer spelled in words is given as its digits ("Forty" -> ``40``, "three units" -> ``3``).
+    turn (``User:``, ``Human:``) after a stated answer closes the solution like a new question, and
+    so does an exercise or offer of the model's own after a number ("Try it yourself:"). An answer
+    spelled in words is given as its digits ("Forty" -> ``40``, "three units" -> ``3``). A ``$``
+    that can only be money is no math delimiter (:func:`math_segments`); LaTeX and SI thousands
+    separators (``70{,}000``, ``95 200``) read as commas; a choice letter drops its option's text.
 
     Args:
         text: A reference solution or model generation.
@@ -503,7 +584,9 @@ def _in_digits(ans: str | None) -> str | None:
 def _extract(text: str) -> str | None:
     if not text:
         return None
-    text, hash_line = _solution_part(normalise_unicode(text))
+    text = _LATEX_THOUSANDS.sub(",", normalise_unicode(text))
+    text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
+    text, hash_line = _solution_part(text)
     boxes = _boxes(text)
     boxed = final_boxes(text)
     hashed = drop_thousands_separators(hash_line.group(1)).rstrip(".").strip() if hash_line else None
@@ -540,12 +623,26 @@ _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if y
                      r"note:|fun fact|p\.?s\.?\b|happy to help)", re.IGNORECASE)
 # A horizontal rule: what follows it is a footer once something was stated before it
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
-_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|=|(?<!\d):(?=\s)",
+_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|=|"
+                     r"(?<!\d):(?=\s)",
                      re.IGNORECASE)
+# an aside in brackets after the answer: "(For comparison, a full serving is 60 g.)"
+_ASIDE = re.compile(r"^\(.*\)[.!]?$", re.S)
+# a value the answer is contrasted with: "28 pets in total — it's not 24", "$24, not $32 (...)"
+_REJECTION = re.compile(r"\s*(?:[,;:]|—|–|--|\s-)\s*(?:(?:and|but)\s+)?(?:(?:it|that|this)(?:'s|\s+is|\s+was)\s+)?"
+                        r"(?:not|rather\s+than|instead\s+of)\b.*$", re.IGNORECASE | re.S)
+# a short answer alone on the last line ("Evelyn", "even", "C", "(B)"), not a word that closes a text
+_BARE_ANSWER = re.compile(r"^[*_]*(?:\([A-Za-z]\)|[A-Za-z][A-Za-z'-]*(?:[ ][A-Za-z][A-Za-z'-]*){0,2})[*_]*\.?$")
+_NOT_ANSWERS = frozenset(["done", "qed", "end", "the end", "solution", "answer", "final answer", "thus", "therefore",
+                          "so", "hence", "check", "verified", "correct", "ok", "okay", "good", "great", "thanks",
+                          "thank you", "cheers", "hope this helps"])
 # a variable's name alone: one letter or a Greek one, maybe with a subscript (never \pi: a value)
 _LONE_VARIABLE = re.compile(r"(?:[A-Za-z]|\\(?:alpha|beta|gamma|delta|epsilon|theta|lambda|mu|phi|psi|omega|"
                             r"Delta|Theta|Phi|Omega))(?:_\{?\w+\}?)?")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=[A-Z*$\\(])")
+
+
+_DISPLAY_BLOCK = re.compile(r"\\\[(?:(?!\\\]).)*?\n(?:(?!\\\]).)*?\\\]|\$\$[^$]*?\n[^$]*?\$\$", re.S)
 
 
 def _sentences(text: str) -> list[str]:
@@ -553,6 +650,8 @@ def _sentences(text: str) -> list[str]:
     decimal point or a ``.`` in LaTeX stays). Lines first, since a dollar sign written as currency
     (``$75.00``) would otherwise pair with one on a later line into a "math segment"."""
     out = []
+    # display math written over several lines (\\[ on its own line, the formula, \\]) is one sentence
+    text = _DISPLAY_BLOCK.sub(lambda m: " ".join(m.group(0).split()), text)
     for line in text.splitlines():
         spans = [(a, b) for a, b, _ in math_segments(line)]
         start = 0
@@ -588,6 +687,23 @@ def _math_answer(sentence: str) -> str | None:
 _CLOSED_FORM = re.compile(r"-?(?:\d+(?:\.\d+)?|\\[dt]?frac\{[^{}]+\}\{[^{}]+\})?\s*(?:\\sqrt(?:\[\d\])?\{[^{}]+\}|\\pi)?")
 
 
+# the left side of a named value: x, \theta, f(x), a_{n}, area (never a bracket or fraction: \left(..., \frac{..)
+_NAMED = re.compile(r"\s*(?!\\(?:left|right|frac|dfrac|tfrac|sqrt|cdot|times|big|Big)(?![a-z]))\\?[A-Za-z]+"
+                    r"(?:_\{?\w+\}?)?(?:\([^()]*\))?\s*")
+
+
+def _is_equation(expr: str) -> bool:
+    """An equation in variables, the answer whole (a plane ``5x - 7y + 11z + 4 = 0``, a line ``x + 2y = 3``),
+    rather than a chain whose value is after the last ``=`` (``5 + 3 = 8``, ``2 \\cdot 6 = 12``): one ``=``,
+    terms in a variable (a lone letter outside LaTeX commands) joined by ``+``/``-``/``^`` on its left, and
+    no name there (``x = 4``, ``\\operatorname{proj}_{\\mathbf{b}}\\mathbf{a} = ...``)."""
+    if expr.count("=") != 1:
+        return False
+    lhs = expr.split("=", 1)[0]
+    return (not _NAMED.fullmatch(lhs) and bool(re.search(r"[-+^]", lhs))
+            and bool(re.search(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])", re.sub(r"\\[A-Za-z]+", " ", lhs))))
+
+
 def _stated_value(ans: str) -> str | None:
     """The value a piece of stated math gives: a congruence's residue, a chain's last value, the
     value an approximation ends on (``\\frac{57}{160} \\approx 0.3562``: the model answered the
@@ -601,7 +717,7 @@ def _stated_value(ans: str) -> str | None:
         ans = exact if _CLOSED_FORM.fullmatch(exact) else rounded.rsplit("\\approx", 1)[-1]
     if "\\equiv" in ans:  # a congruence states its residue: 17^{-1} \equiv 44 \pmod{83}
         ans = re.sub(r"\\pmod\s*\{[^{}]*\}|\(\s*\\mod[^()]*\)|\\mod\s*\S+", "", ans.rsplit("\\equiv", 1)[1])
-    elif "=" in ans and not re.fullmatch(r"\s*\\?[A-Za-z]+(?:_\{?\w+\}?)?(?:\([^()]*\))?\s*", ans.split("=", 1)[0]):
+    elif "=" in ans and not _NAMED.fullmatch(ans.split("=", 1)[0]) and not _is_equation(ans):
         ans = ans.rsplit("=", 1)[1]  # a chain or an angle: the value after the last "="
     return ans.strip() or None
 
@@ -620,7 +736,10 @@ def closing_answer(text: str) -> str | None:
     rule (``---``) that follows a number. Numbers written in words count as their digits
     ("makes eighteen dollars" -> 18, :mod:`core.grading.number_words`), and a lone variable named
     as the subject gives way to the value its sentence states in prose ("So $\\alpha$ measures
-    145 degrees." -> 145).
+    145 degrees." -> 145). A short answer alone on the last line is the answer ("Evelyn", "C"); a
+    sentence wholly in brackets is an aside; a value contrasted after the answer ("-- not 24",
+    ", rather than 13") is cut off; a number as the subject of a verb with words after it is the
+    answer ("30 units are unoccupied."); display math written over several lines is one sentence.
 
     Args:
         text: the solution, normalised and cut as :func:`extract_answer` does.
@@ -637,17 +756,28 @@ def closing_answer(text: str) -> str | None:
     rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])]
     if rules:
         text = text[:rules[0].start()]
-    sentences = [s for s in _sentences(text) if not _CHECK.match(s) and not _FOOTER.match(s)]
+    sentences = [s for s in _sentences(text) if not _CHECK.match(s) and not _FOOTER.match(s) and not _ASIDE.match(s)]
+    if sentences and _BARE_ANSWER.match(sentences[-1]) and len(sentences[-1].split()) <= 3 \
+            and sentences[-1].strip("*_. ").lower() not in _NOT_ANSWERS:
+        return sentences[-1].strip("*_. ")  # the answer alone on the last line: "Evelyn", "C"
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
-        plain = digits_for_words(sentence.replace("**", ""))
+        plain = _REJECTION.sub("", digits_for_words(sentence.replace("**", "")))
         states = _outside_math(plain, _STATES)
+        words = [m for m in states if m.group(0) != "="]
+        if words and states[-1].group(0) == "=" and _is_equation(plain[words[-1].end():].strip().rstrip(".")):
+            states = words  # "the plane is 5x-7y+11z+4=0": the equation is what "is" states
         segments = math_segments(plain)
         if segments and (not states or states[-1].start() < segments[-1][0]):
             # the sentence's last statement is its math: "gives $2x = 14$, so $x = 7$"; not a lone
             # variable named as the subject with its value in prose ("So $\alpha$ measures 145 degrees.")
-            ans = _math_answer(plain)
+            # ... unless the math after the statement is followed by an aside, with no new conclusion
+            # ("measures $55^\\circ$, the complement of $35^\\circ$": the answer is 55)
+            stated = [seg for seg in segments if states and seg[0] >= states[-1].end()]
+            aside = stated and re.match(r"\s*[,;(]\s*(?:the|a|an|which|i\.e\.|or)\b", plain[stated[0][1]:]) \
+                and not _CONCLUDES.search(plain, stated[0][1])
+            ans = _math_answer(plain[:stated[0][1]] if aside else plain)
             if ans and not (_LONE_VARIABLE.fullmatch(ans) and re.search(r"\d", plain[segments[-1][1]:])):
                 return ans
         if states:
@@ -659,6 +789,10 @@ def closing_answer(text: str) -> str | None:
                 ans = _stated_value(ans)
             if ans and how in (_MATH, _EXPRESSION, _LATER_EXPRESSION):
                 return ans
+            subject = leading_expression(re.sub(r"^(?:so|thus|therefore|hence|then)\b[\s,]*", "",
+                                                plain[:states[-1].start()], flags=re.IGNORECASE))
+            if ans and how == _WORDS and subject and re.match(r"[-−]?\d", subject):
+                return subject  # the number is the subject: "30 units are unoccupied."
             if ans and how == _WORDS and sentence is sentences[-1] and len(ans.split()) <= 2:
                 return ans  # a named answer closing the solution: "... is Evelyn."
         ans = _math_answer(plain)
