@@ -33,7 +33,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # another; a bare last line or a choice letter with its option; display math over lines, an
          # equation whole, a sentence under a label; mixed numbers, repeating decimals, bases, dashes,
          # square units, "or" unions; exercises, offers and asides after the answer, a list of boxed cases
-         "money-signs", "hedges", "bare-final", "displays-equations", "number-forms", "follow-ups"}
+         "money-signs", "hedges", "bare-final", "displays-equations", "number-forms", "follow-ups",
+         # scale words, "below zero", intervals and function kinds in words; a check block, an answer
+         # heading after a rule, a column sum, an approximation in brackets, "the correct answer is", a named set
+         "words-for-numbers", "checks-layouts"}
 
 
 def _rows() -> list[dict]:

@@ -222,7 +222,7 @@ def _join_and(s: str) -> str:
     return "".join(out) + s[last:]
 
 
-_DOLLARS = re.compile(r"\\\$|\bdollars?\b", re.IGNORECASE)
+_DOLLARS = re.compile(r"\\?\$(?=\s*\d)|\bdollars?\b", re.IGNORECASE)
 _CENTS = re.compile(r"¢|\bcents?\b", re.IGNORECASE)
 
 
@@ -265,6 +265,7 @@ def _prepare(ans: str) -> str:
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = _LATEX_THOUSANDS.sub(r"\1,", s)
     s = s.replace("{:}", ":")  # LaTeX's colon without spacing: 7{:}30
+    s = re.sub(r"\\\\\s*\[\s*-?[\d.]+\s*(?:pt|em|ex|mm|cm)\s*\]", r"\\\\", s)  # a matrix row's spacing: \\[2pt]
     s = _drop_spacing(s)
     s = _SCIENTIFIC.sub(_scientific_to_decimal, s)
     s = re.sub(r"\s+", " ", s)
@@ -455,10 +456,11 @@ def _same_colon_form(pred: tuple | None, gold: tuple | None) -> bool:
 
 
 def _items(s: str) -> list[str]:
-    """A prepared side as its list items: commas, a whole set's items, ``\\pm`` expanded."""
+    """A prepared side as its list items: commas, a whole set's items (also a named one, ``n \\in \\{-2, 1\\}``),
+    ``\\pm`` expanded."""
     items = _split_items(s)
-    if len(items) == 1 and _set_items(items[0]):
-        items = _set_items(items[0])
+    if len(items) == 1 and _set_items(_strip_name(items[0])):
+        items = _set_items(_strip_name(items[0]))
     return _expand_pm(items)
 
 
@@ -520,6 +522,7 @@ def _words_key(s: str) -> str:
     """A word answer's key: lowercased, without a leading article or a verb of direction (``facing east``)."""
     s = re.sub(r"^(?:a|an|the)\s+(?=\S)", "", s.strip(), flags=re.IGNORECASE)
     s = re.sub(r"^(?:facing|heading|pointing|moving|going|travell?ing|looking)\s+(?=\S)", "", s, flags=re.IGNORECASE)
+    s = re.sub(r"(?<=\S)\s+(?:function|number|integer)s?$", "", s, flags=re.IGNORECASE)  # an even function = even
     return canonical_answer(s).lower()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from decimal import Decimal
 
 from .number_words import digits_for_words, spelled_number
 
@@ -32,11 +33,12 @@ _THOUSANDS_RUN = re.compile(r"(?<!\d)(?<!\d,)\d{1,3}(?:,\d{3})+(?!,?\d)")
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!)[ ]?(?=\d{3}(?!\d))")
 _SPACED_THOUSANDS = re.compile(r"(?<![\d,.])\d{1,3}(?: \d{3})+(?![\d,]| \d)")
 
-_ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+answer)\s*(?:is\b|:)\s*:?", re.IGNORECASE)
+_ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual|true|real|corrected|revised|final)\s+)?answer)"
+                            r"\s*(?:is\b|:)\s*:?", re.IGNORECASE)
 # A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case; or a heading
 # "**Final Answer**" / "### Final Answer" alone on its line, the answer on the lines after it.
 _ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|updated)[ \t]+)?answer[ \t*_]*[:：]"
-                           r"|^[ \t#*_]*final[ \t]+answer[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
+                           r"|^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
 # A GSM8K answer line: ``#### 18``; ``#### Step 1``, ``#### 1. The area`` and ``#### (a) Part one`` are
 # Markdown headings (a word follows, or a numbered word), no answer.
 _HASH_LINE = re.compile(r"####(?![ \t]*(?:[A-Za-z]{2}|\(?[A-Za-z0-9]{1,3}[.):][ \t]+[A-Za-z]))[ \t]*(\S[^\n]*)$",
@@ -415,6 +417,35 @@ def leading_expression(text: str) -> str | None:
 _CHOICE = re.compile(r"[*_]*\\?\(\s*([A-E])\s*\\?\)[*_]*(?=[\s.,;:]|$)")
 
 
+# a number with a scale word ("$1.45 million", "70 thousand"), a temperature "below zero", an interval
+# in words ("all real numbers greater than 2")
+_SCALED = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})*(?:\.\d+)?|\d+(?:\.\d+)?)[ \t]*(thousand|million|billion|trillion)\b",
+                     re.IGNORECASE)
+_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_BELOW_ZERO = re.compile(r"(?<![\d.-])(\d+(?:\.\d+)?)((?:[ \t]*(?:°|degrees?)(?:[ \t]*(?:C|F|Celsius|Fahrenheit))?)?)"
+                         r"[ \t]+below[ \t]+zero\b", re.IGNORECASE)
+_REAL_INTERVAL = re.compile(r"\ball[ \t]+real[ \t]+numbers[ \t]+(?:[a-z][ \t]+)?(?:that[ \t]+are[ \t]+)?"
+                            r"(greater|more|less|smaller)[ \t]+than[ \t]+(or[ \t]+equal[ \t]+to[ \t]+)?"
+                            r"(?=\$?-?\d)", re.IGNORECASE)
+
+
+def _in_plain_numbers(text: str) -> str:
+    """Numbers written with words as the numbers they are: ``$1.45 million`` -> ``$1450000``, ``10 degrees
+    below zero`` -> ``-10 degrees``, ``all real numbers greater than 2`` -> ``x > 2``."""
+    def scaled(m: re.Match) -> str:
+        value = Decimal(m.group(1).replace(",", "")).scaleb(_SCALES[m.group(2).lower()])
+        return format(value.normalize(), "f")
+
+    def interval(m: re.Match) -> str:
+        above = m.group(1).lower() in ("greater", "more")
+        return "x " + ({(True, False): ">", (True, True): "≥", (False, False): "<", (False, True): "≤"}
+                       [above, bool(m.group(2))]) + " "
+
+    text = _SCALED.sub(scaled, text)
+    text = _BELOW_ZERO.sub(lambda m: f"-{m.group(1)}{m.group(2)}", text)
+    return _REAL_INTERVAL.sub(interval, text)
+
+
 def _mixed_fraction(s: str, number_end: int, j: int) -> int | None:
     """End of the proper fraction at ``s[j]`` that makes the whole number ending at ``number_end`` a
     mixed number (``1 4/5``), else None."""
@@ -475,13 +506,22 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     expr = leading_expression(sentence)
     if expr is not None:
         return _with_half_day(expr, sentence), _EXPRESSION
-    # prose first ("approximately 18 dollars"): the first expression that starts with a number
-    for num in re.finditer(r"(?<![\w.])[-−]?\d", sentence):
+    # prose first ("approximately 18 dollars"): the first expression that starts with a number after
+    # the sentence's verb ("The 50th term is 2"), never an ordinal
+    verbs = [m for m in _outside_math(sentence, _STATES) if m.group(0) != "="]
+    if verbs and re.search(r"\d", sentence[verbs[-1].end():]):
+        sentence = sentence[verbs[-1].end():]
+    for num in re.finditer(r"(?<![\w.])[-−]?\d+(?!\d|st\b|nd\b|rd\b|th\b)", sentence):
         expr = leading_expression(sentence[num.start():])
         if expr is not None:
-            return expr, _LATER_EXPRESSION
+            return _with_dollar(expr, sentence, num.start()), _LATER_EXPRESSION
     # a word answer in quotes or emphasis: "even", *Evelyn*
     return sentence.rstrip(".").strip().strip("\"'“”‘’*_").strip() or None, _WORDS
+
+
+def _with_dollar(expr: str, text: str, start: int) -> str:
+    """An amount keeps the dollar sign written before it (``$2.70``): the grader tells dollars from cents."""
+    return "\\$" + expr if text[:start].endswith("$") and expr[:1].isdigit() else expr
 
 
 def _with_half_day(expr: str, sentence: str) -> str:
@@ -546,7 +586,9 @@ def extract_answer(text: str) -> str | None:
     so does an exercise or offer of the model's own after a number ("Try it yourself:"). An answer
     spelled in words is given as its digits ("Forty" -> ``40``, "three units" -> ``3``). A ``$``
     that can only be money is no math delimiter (:func:`math_segments`); LaTeX and SI thousands
-    separators (``70{,}000``, ``95 200``) read as commas; a choice letter drops its option's text.
+    separators (``70{,}000``, ``95 200``) read as commas, numbers in words as numbers
+    (``$1.45 million``, ``7 degrees below zero``, ``all real numbers greater than 2``); a choice
+    letter drops its option's text; "the correct answer is X" states X.
 
     Args:
         text: A reference solution or model generation.
@@ -586,6 +628,7 @@ def _extract(text: str) -> str | None:
         return None
     text = _LATEX_THOUSANDS.sub(",", normalise_unicode(text))
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
+    text = _in_plain_numbers(text)
     text, hash_line = _solution_part(text)
     boxes = _boxes(text)
     boxed = final_boxes(text)
@@ -616,6 +659,10 @@ _CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence)\b", re.IGNORECASE)
 # A check restates the computation with the answer put in; it answers nothing ("Check: 3(46) - 9 = 129 ✓")
 _CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$",
                     re.IGNORECASE)
+# a heading that opens a check of the answer: "**Verification:**", "### Check"
+_CHECK_HEADING = re.compile(r"^[ \t#*_]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))"
+                            r"(?:[ \t]+(?:the[ \t]+)?(?:answer|solution|result))?[ \t*_]*[:：]?[ \t*_]*$",
+                            re.IGNORECASE | re.MULTILINE)
 # An explanation that follows an answer given first ("$13\\sqrt{3}$ units.\n\nExplanation: ...")
 _EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|justification|why)[ \t*_]*[:：]", re.IGNORECASE | re.MULTILINE)
 # What a chat model adds after its answer: offers, wishes, notes, trivia ("Let me know if ...")
@@ -623,7 +670,8 @@ _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if y
                      r"note:|fun fact|p\.?s\.?\b|happy to help)", re.IGNORECASE)
 # A horizontal rule: what follows it is a footer once something was stated before it
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
-_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|=|"
+_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|"
+                     r"\bbelongs[ \t]+to\b|=|"
                      r"(?<!\d):(?=\s)",
                      re.IGNORECASE)
 # an aside in brackets after the answer: "(For comparison, a full serving is 60 g.)"
@@ -631,6 +679,9 @@ _ASIDE = re.compile(r"^\(.*\)[.!]?$", re.S)
 # a value the answer is contrasted with: "28 pets in total — it's not 24", "$24, not $32 (...)"
 _REJECTION = re.compile(r"\s*(?:[,;:]|—|–|--|\s-)\s*(?:(?:and|but)\s+)?(?:(?:it|that|this)(?:'s|\s+is|\s+was)\s+)?"
                         r"(?:not|rather\s+than|instead\s+of)\b.*$", re.IGNORECASE | re.S)
+# an approximation in brackets closing a sentence, after its exact answer
+_APPROXIMATELY = re.compile(r"\s*\((?:about|approximately|approx\.?|roughly|around|nearly|≈|~)[^()]*\)(?=[\s.!]*$)",
+                            re.IGNORECASE)
 # a short answer alone on the last line ("Evelyn", "even", "C", "(B)"), not a word that closes a text
 _BARE_ANSWER = re.compile(r"^[*_]*(?:\([A-Za-z]\)|[A-Za-z][A-Za-z'-]*(?:[ ][A-Za-z][A-Za-z'-]*){0,2})[*_]*\.?$")
 _NOT_ANSWERS = frozenset(["done", "qed", "end", "the end", "solution", "answer", "final answer", "thus", "therefore",
@@ -753,9 +804,14 @@ def closing_answer(text: str) -> str | None:
         head = closing_answer(text[:explained[-1].start()])
         if head:
             return head
-    rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])]
+    # a rule after a number ends the solution, unless it is a sum's line in a column layout ("-----" over its total)
+    rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])
+             and not re.match(r"\s*\n[ \t]*[-−]?[\d.,]+[ \t]*(?:\n|$)", text[m.end():])]
     if rules:
         text = text[:rules[0].start()]
+    checks = [m for m in _CHECK_HEADING.finditer(text) if re.search(r"\d", text[:m.start()])]
+    if checks:  # a "Verification:" block after the answer only checks it
+        text = text[:checks[0].start()]
     sentences = [s for s in _sentences(text) if not _CHECK.match(s) and not _FOOTER.match(s) and not _ASIDE.match(s)]
     if sentences and _BARE_ANSWER.match(sentences[-1]) and len(sentences[-1].split()) <= 3 \
             and sentences[-1].strip("*_. ").lower() not in _NOT_ANSWERS:
@@ -764,6 +820,7 @@ def closing_answer(text: str) -> str | None:
         if sentence.rstrip("*_ ").endswith("?"):
             continue
         plain = _REJECTION.sub("", digits_for_words(sentence.replace("**", "")))
+        plain = _APPROXIMATELY.sub("", plain)  # "is $3\\sqrt{13}$ units (about $10.82$)."
         states = _outside_math(plain, _STATES)
         words = [m for m in states if m.group(0) != "="]
         if words and states[-1].group(0) == "=" and _is_equation(plain[words[-1].end():].strip().rstrip(".")):
@@ -793,7 +850,8 @@ def closing_answer(text: str) -> str | None:
                                                 plain[:states[-1].start()], flags=re.IGNORECASE))
             if ans and how == _WORDS and subject and re.match(r"[-−]?\d", subject):
                 return subject  # the number is the subject: "30 units are unoccupied."
-            if ans and how == _WORDS and sentence is sentences[-1] and len(ans.split()) <= 2:
+            if ans and how == _WORDS and sentence is sentences[-1] and \
+                    len(re.sub(r"^(?:a|an|the)\s+", "", ans, flags=re.IGNORECASE).split()) <= 2:
                 return ans  # a named answer closing the solution: "... is Evelyn."
         ans = _math_answer(plain)
         if ans and not (_LONE_VARIABLE.fullmatch(ans) and re.search(r"\d", plain[segments[-1][1]:])):
@@ -805,5 +863,5 @@ def closing_answer(text: str) -> str | None:
         for num in re.finditer(r"(?<![\w.])[-−]?\d", clause):
             expr = leading_expression(clause[num.start():])
             if expr is not None:
-                return _with_half_day(expr, clause[num.start():])
+                return _with_dollar(_with_half_day(expr, clause[num.start():]), clause, num.start())
     return None
