@@ -179,7 +179,7 @@ def test_math500_distinct_answers_not_equivalent():
 
 @pytest.mark.parametrize("text, expected", [
     ("The answer is 2 * 1 = 2 bolts cut.", "2"),
-    ("So the answer is 18 dollars.", "18"),
+    ("So the answer is 18 dollars.", "\\$18"),  # an amount keeps its currency: dollars are not cents
     ("The answer is 1,234.", "1234"),
     ("The final answer is -3.5 meters", "-3.5"),
     ("the answer is $\\frac{1}{2}$.", "\\frac{1}{2}"),

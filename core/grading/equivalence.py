@@ -236,6 +236,19 @@ def _currency(ans: str) -> str | None:
 
 # \sqrt13: what a model means is the root of the number, not TeX's \sqrt{1}3
 _BARE_SQRT = re.compile(r"\\sqrt[ \t]*(\d+)")
+# a column vector is the tuple of its entries: \begin{pmatrix} -18 \\ -49 \\ 96 \end{pmatrix} = (-18, -49, 96)
+_MATRIX = re.compile(r"^\\begin\{([pb])matrix\}(.*)\\end\{\1matrix\}$", re.S)
+
+
+def _column_as_tuple(s: str) -> str:
+    """A column vector (one entry per row, two rows or more) as its tuple; anything else unchanged."""
+    m = _MATRIX.match(s.strip())
+    if not m or "&" in m.group(2):
+        return s
+    entries = [e.strip() for e in re.split(r"\\\\", m.group(2)) if e.strip()]
+    return "(" + ", ".join(entries) + ")" if len(entries) >= 2 else s
+
+
 # a mixed number in plain text, 137 1/2, read as the LaTeX one (math-verify's 137\frac{1}{2} is 275/2)
 _MIXED = re.compile(r"(?<![\d./])(\d+)\s+(\d+)/(\d+)(?![\d/])")
 # a repeating decimal: 1.\overline{3}, 0.1\overline{6}, 0.\dot{3}
@@ -251,7 +264,8 @@ def _repeating_fraction(m: re.Match) -> str:
 
 def _prepare(ans: str) -> str:
     """The presentation-free form of one side (step 1 of the module docstring)."""
-    s = _strip_wrappers(_unicode_to_latex(str(ans)))
+    # thousands separators, then spacing, before the wrappers go: 10,\!080 is a number, \,1\, is 1
+    s = _strip_wrappers(_drop_spacing(_LATEX_THOUSANDS.sub(r"\1,", _unicode_to_latex(str(ans)))))
     s = _LEFT_RIGHT.sub("", s)
     s = _BARE_SQRT.sub(r"\\sqrt{\1}", s)
     s = _REPEATING.sub(_repeating_fraction, s)
@@ -683,6 +697,8 @@ def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     based = _in_base(pred), _in_base(gold)
     if None not in based:  # both name their base: 40_{10} is not 40_9
         return based[0] == based[1], False
+    if pred.startswith("(") or gold.startswith("("):  # a vector written as a tuple: (-18, -49, 96)
+        pred, gold = _column_as_tuple(pred), _column_as_tuple(gold)
     (pred_name, pred), (gold_name, gold) = _split_name(pred), _split_name(gold)
     if not pred or not gold or _case_conflict(pred, gold) or _names_conflict(pred_name, gold_name):
         return False, False

@@ -53,8 +53,12 @@ _FOLLOW_UP = re.compile(r"^[ \t>*_#-]*(?:(?:next|new|another|related|similar|bon
                         r"(?:[ \t]+(?:question|problem|practice|exercise|example|challenge))?[ \t*_]*[:：]"
                         r"|(?:try[ \t]+it[ \t]+yourself|practice(?:[ \t]+(?:question|problem))?|exercise|challenge)"
                         r"[ \t*_]*[:：!]"
-                        r"|(?:would|do)[ \t]+you[ \t]+(?:like|want)\b|shall[ \t]+i\b|want[ \t]+me[ \t]+to\b)",
+                        r"|(?:would|do)[ \t]+you[ \t]+(?:like|want)\b|shall[ \t]+i\b|want[ \t]+me[ \t]+to\b"
+                        r"|is[ \t]+there[ \t]+anything[ \t]+else\b|anything[ \t]+else\b"
+                        r"|(?:related|bonus|extra|fun|similar)[ \t]+\w+(?:[ \t]+\w+){0,4}[ \t*_]*[:：])",
                         re.IGNORECASE | re.MULTILINE)
+# The end-of-text tokens of common chat and base models, written out when a model runs past its end
+_END_TOKEN = re.compile(r"<\|(?:endoftext|im_end|eot_id|end_of_text|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>")
 # A number as written in prose: digits (thousands groups kept together, see _THOUSANDS_RUN), a
 # decimal part, an exponent (``4e-3``).
 _NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
@@ -240,6 +244,8 @@ def final_boxes(text: str) -> str | None:
             break
         line_start = previous
     on_line = [b.content for b in boxes if b.start >= line_start and b.content]
+    if len(set(on_line)) == 1:
+        return on_line[0]  # the same answer boxed twice: "gives $\\boxed{3}$ ways. So the answer is $\\boxed{3}$."
     return ", ".join(on_line)
 
 
@@ -419,9 +425,9 @@ _CHOICE = re.compile(r"[*_]*\\?\(\s*([A-E])\s*\\?\)[*_]*(?=[\s.,;:]|$)")
 
 # a number with a scale word ("$1.45 million", "70 thousand"), a temperature "below zero", an interval
 # in words ("all real numbers greater than 2")
-_SCALED = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})*(?:\.\d+)?|\d+(?:\.\d+)?)[ \t]*(thousand|million|billion|trillion)\b",
-                     re.IGNORECASE)
-_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALED = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})*(?:\.\d+)?|\d+(?:\.\d+)?)(?:[ \t]*(thousand|million|billion|trillion)\b"
+                     r"|(?<=\d)(K|M|B|bn)\b)", re.IGNORECASE)
+_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12, "k": 3, "m": 6, "b": 9, "bn": 9}
 _BELOW_ZERO = re.compile(r"(?<![\d.-])(\d+(?:\.\d+)?)((?:[ \t]*(?:°|degrees?)(?:[ \t]*(?:C|F|Celsius|Fahrenheit))?)?)"
                          r"[ \t]+below[ \t]+zero\b", re.IGNORECASE)
 _REAL_INTERVAL = re.compile(r"\ball[ \t]+real[ \t]+numbers[ \t]+(?:[a-z][ \t]+)?(?:that[ \t]+are[ \t]+)?"
@@ -433,7 +439,11 @@ def _in_plain_numbers(text: str) -> str:
     """Numbers written with words as the numbers they are: ``$1.45 million`` -> ``$1450000``, ``10 degrees
     below zero`` -> ``-10 degrees``, ``all real numbers greater than 2`` -> ``x > 2``."""
     def scaled(m: re.Match) -> str:
-        value = Decimal(m.group(1).replace(",", "")).scaleb(_SCALES[m.group(2).lower()])
+        if m.group(3) and m.group(3) not in ("K", "M", "B", "bn"):
+            return m.group(0)  # 5k, 3m, 2b: a unit more often than a scale
+        if m.group(3) and not m.string[:m.start()].endswith("$"):
+            return m.group(0)  # "140K" is money only after a dollar sign ("$140K"); "5K" may be kelvin
+        value = Decimal(m.group(1).replace(",", "")).scaleb(_SCALES[(m.group(2) or m.group(3)).lower()])
         return format(value.normalize(), "f")
 
     def interval(m: re.Match) -> str:
@@ -505,13 +515,13 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
         return sentence.rstrip(".").strip(), _EXPRESSION
     expr = leading_expression(sentence)
     if expr is not None:
-        return _with_half_day(expr, sentence), _EXPRESSION
+        return _with_dollar(_with_half_day(expr, sentence), sentence.strip(), 0), _EXPRESSION
     # prose first ("approximately 18 dollars"): the first expression that starts with a number after
     # the sentence's verb ("The 50th term is 2"), never an ordinal
     verbs = [m for m in _outside_math(sentence, _STATES) if m.group(0) != "="]
     if verbs and re.search(r"\d", sentence[verbs[-1].end():]):
         sentence = sentence[verbs[-1].end():]
-    for num in re.finditer(r"(?<![\w.])[-−]?\d+(?!\d|st\b|nd\b|rd\b|th\b)", sentence):
+    for num in re.finditer(r"(?<![A-Za-z0-9_.])[-−]?\d+(?!\d|st\b|nd\b|rd\b|th\b)", sentence):
         expr = leading_expression(sentence[num.start():])
         if expr is not None:
             return _with_dollar(expr, sentence, num.start()), _LATER_EXPRESSION
@@ -520,8 +530,13 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
 
 
 def _with_dollar(expr: str, text: str, start: int) -> str:
-    """An amount keeps the dollar sign written before it (``$2.70``): the grader tells dollars from cents."""
-    return "\\$" + expr if text[:start].endswith("$") and expr[:1].isdigit() else expr
+    """An amount keeps the dollar sign written before it or the word after it (``$2.70``, ``2.7 dollars``):
+    the grader tells dollars from cents."""
+    after = re.match(r"[ \t*_]*(dollars?|cents?)\b", text[start + len(expr):], re.IGNORECASE) \
+        if text[start:start + len(expr)] == expr else None
+    if expr[:1].isdigit() and (text[:start].endswith("$") or (after and after.group(1).lower().startswith("d"))):
+        return "\\$" + expr
+    return expr + " cents" if after and expr[:1].isdigit() else expr
 
 
 def _with_half_day(expr: str, sentence: str) -> str:
@@ -544,6 +559,9 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
     line opening an exercise or an offer of the model's own ("Follow-up question:", "Try it
     yourself:", "Next question:", "Would you like me to ..."). Without these the text is whole.
     """
+    end = _END_TOKEN.search(text)
+    if end:  # a model's end-of-text token: what follows is another sample of the few-shot prompt
+        text = text[:end.start()]
     m = _HASH_LINE.search(text)
     if m:
         text = text[:m.end()]
@@ -588,7 +606,9 @@ def extract_answer(text: str) -> str | None:
     that can only be money is no math delimiter (:func:`math_segments`); LaTeX and SI thousands
     separators (``70{,}000``, ``95 200``) read as commas, numbers in words as numbers
     (``$1.45 million``, ``7 degrees below zero``, ``all real numbers greater than 2``); a choice
-    letter drops its option's text; "the correct answer is X" states X.
+    letter drops its option's text; "the correct answer is X" states X; an amount keeps its currency
+    (``$2.70``, ``2.7 dollars`` -> ``\\$2.7``: dollars are not cents); a model's end-of-text token
+    (``<|endoftext|>``) ends the solution.
 
     Args:
         text: A reference solution or model generation.
@@ -682,6 +702,12 @@ _REJECTION = re.compile(r"\s*(?:[,;:]|—|–|--|\s-)\s*(?:(?:and|but)\s+)?(?:(?
 # an approximation in brackets closing a sentence, after its exact answer
 _APPROXIMATELY = re.compile(r"\s*\((?:about|approximately|approx\.?|roughly|around|nearly|≈|~)[^()]*\)(?=[\s.!]*$)",
                             re.IGNORECASE)
+# a name closing a "who ... the most" solution: "Navin would earn the most.", "So Evelyn has the greatest speed."
+_WINNER = re.compile(r"^(?:(?i:so|thus|therefore|hence)[ \t,]+)?[*_]*([A-Z][a-z]+)[*_]*[ \t]+(?:\w+[ \t]+){0,3}?"
+                     r"(?:the[ \t]+)?(?:most|least|fastest|slowest|greatest|best|largest|smallest|highest|lowest|"
+                     r"longest|shortest|farthest|furthest)\b")
+_NOT_NAMES = frozenset("The This That It He She They We You Each Every Both All None Which Who Whoever One So Thus "
+                        "Therefore Hence Then Now Here There".split())
 # a short answer alone on the last line ("Evelyn", "even", "C", "(B)"), not a word that closes a text
 _BARE_ANSWER = re.compile(r"^[*_]*(?:\([A-Za-z]\)|[A-Za-z][A-Za-z'-]*(?:[ ][A-Za-z][A-Za-z'-]*){0,2})[*_]*\.?$")
 _NOT_ANSWERS = frozenset(["done", "qed", "end", "the end", "solution", "answer", "final answer", "thus", "therefore",
@@ -728,7 +754,9 @@ def _math_answer(sentence: str) -> str | None:
     if not segments:
         return None
     first = len(segments) - 1
-    while first > 0 and _SEGMENT_JOINER.match(sentence[segments[first - 1][1]:segments[first][0]]):
+    # a chain of "=" ends in its own value: no list with the segments before it ("$2002 \\equiv 1$, $z = ... = 1+274i$")
+    while first > 0 and segments[-1][2].count("=") < 2 and \
+            _SEGMENT_JOINER.match(sentence[segments[first - 1][1]:segments[first][0]]):
         first -= 1
     ans, how = _phrase_answer(sentence[segments[first][0]:])
     return _stated_value(ans) if ans and how == _MATH else None
@@ -768,7 +796,8 @@ def _stated_value(ans: str) -> str | None:
         ans = exact if _CLOSED_FORM.fullmatch(exact) else rounded.rsplit("\\approx", 1)[-1]
     if "\\equiv" in ans:  # a congruence states its residue: 17^{-1} \equiv 44 \pmod{83}
         ans = re.sub(r"\\pmod\s*\{[^{}]*\}|\(\s*\\mod[^()]*\)|\\mod\s*\S+", "", ans.rsplit("\\equiv", 1)[1])
-    elif "=" in ans and not _NAMED.fullmatch(ans.split("=", 1)[0]) and not _is_equation(ans):
+    elif (ans.count("=") > 1 and "," not in ans) or \
+            ("=" in ans and not _NAMED.fullmatch(ans.split("=", 1)[0]) and not _is_equation(ans)):
         ans = ans.rsplit("=", 1)[1]  # a chain or an angle: the value after the last "="
     return ans.strip() or None
 
@@ -816,6 +845,9 @@ def closing_answer(text: str) -> str | None:
     if sentences and _BARE_ANSWER.match(sentences[-1]) and len(sentences[-1].split()) <= 3 \
             and sentences[-1].strip("*_. ").lower() not in _NOT_ANSWERS:
         return sentences[-1].strip("*_. ")  # the answer alone on the last line: "Evelyn", "C"
+    winner = _WINNER.match(sentences[-1]) if sentences else None
+    if winner and winner.group(1) not in _NOT_NAMES and not re.search(r"\d", sentences[-1]):
+        return winner.group(1)  # who has the most: "Navin would earn the most."
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
@@ -860,7 +892,7 @@ def closing_answer(text: str) -> str | None:
         conclusions = list(_CONCLUDES.finditer(plain))
         clause = plain[conclusions[-1].end():] if conclusions and re.search(r"\d", plain[conclusions[-1].end():]) \
             else plain
-        for num in re.finditer(r"(?<![\w.])[-−]?\d", clause):
+        for num in re.finditer(r"(?<![A-Za-z0-9_.])[-−]?\d", clause):
             expr = leading_expression(clause[num.start():])
             if expr is not None:
                 return _with_dollar(_with_half_day(expr, clause[num.start():]), clause, num.start())

@@ -67,10 +67,11 @@ def spelled_number(text: str) -> int | None:
 def digits_for_words(text: str) -> str:
     """``text`` with every run of number words that spells a number replaced by its digits
     ("makes eighteen dollars" -> "makes 18 dollars"); a lone "one" stays (it is a pronoun as often:
-    "one of them", "the one")."""
+    "one of them", "the one") unless a word of quantity comes before it ("exactly one of them")."""
     def replace(m: re.Match) -> str:
         value = spelled_number(m.group(0))
-        if value is None or m.group(0).lower() == "one":
+        counted = re.search(r"\b(?:exactly|only|just|precisely)\s+$", m.string[:m.start()], re.IGNORECASE)
+        if value is None or (m.group(0).lower() == "one" and not counted):
             return m.group(0)
         return str(value)
 
