@@ -141,7 +141,9 @@ def _run(plan: RunPlan, prepared, signals: StopSignals, cleanup: ExitStack) -> i
         left = None
         if plan.input.total is not None:
             # the input is read once more to count what is left (cheap next to the search)
-            left = sum(1 for _ in skip_done(plan.input.open(), done, SkipCounts()))
+            skipped = SkipCounts()
+            left = sum(1 for _ in skip_done(plan.input.open(), done, skipped))
+            _report_changed(skipped, source)
         click.echo(f"resume: keeping the {_n(done.answers, 'answer')} and {_n(done.errors, 'error record')} already "
                    f"in {answers_path}; "
                    + (f"{_n(left, 'problem')} of {plan.input.total} left to solve" if left is not None else
@@ -177,7 +179,8 @@ def _run(plan: RunPlan, prepared, signals: StopSignals, cleanup: ExitStack) -> i
         click.echo(f"error: {exc}; nothing was solved", err=True)
         return EXIT_WRITE_FAILED
 
-    stream = skip_done(plan.input.open(), done, SkipCounts()) if len(done) else plan.input.open()
+    streamed = SkipCounts()
+    stream = skip_done(plan.input.open(), done, streamed) if len(done) else plan.input.open()
     # the whole run's figures: records an earlier run wrote and this one kept count too
     tally = _Tally.kept(done)
     dashboard = Dashboard(plan.input.total, counts=tally.counts, enabled=plan.dashboard, stream=sys.stderr,
@@ -214,6 +217,8 @@ def _run(plan: RunPlan, prepared, signals: StopSignals, cleanup: ExitStack) -> i
             write_error = write_error or exc
         except Interrupted:
             pass  # a second signal while the summary was written: the answers are complete anyway
+    if plan.input.total is None:
+        _report_changed(streamed, source)  # a stream (stdin, a hub dataset) is read once: known only now
     written = f"{_n(tally.done, 'answer')} and {_n(tally.errors, 'error record')} of this run are in {answers_path}"
     if write_error is not None:
         click.echo(f"error: {write_error}; {written} and complete. Free space in {out}, then go on with: "
@@ -384,6 +389,17 @@ def _iteration(stats, runtime, progress, governor, signals) -> None:
             progress.note(note)
         progress.threads = governor.threads
     progress.update(stats, runtime)
+
+
+def _report_changed(skipped, source: str) -> None:
+    """Warn about answered problems whose statement in the input changed since their record was written."""
+    if not skipped.changed:
+        return
+    some = ", ".join(f"{pid!r} (line {line})" for pid, line in skipped.changed[:5])
+    more = f" and {len(skipped.changed) - 5} more" if len(skipped.changed) > 5 else ""
+    click.echo(f"warning: {_n(len(skipped.changed), 'problem')} of {source} changed since their answers were "
+               f"written: {some}{more}; their earlier records are kept (pass --overwrite, or another -o, to solve "
+               f"them again)", err=True)
 
 
 def _report_repairs(done, answers_path: Path) -> None:

@@ -203,6 +203,33 @@ def test_resume_with_nothing_left_loads_no_model(reference, tiny_dir, tmp_path):
     assert (out / "answers.jsonl").read_bytes() == before
 
 
+def test_resume_warns_about_problems_edited_since_their_answers(reference, tiny_dir, tmp_path):
+    """An answered problem whose text changed in the input is named (id and line) and its record kept,
+    never solved twice; an unchanged input gives no warning."""
+    out = _copy_run(reference, tmp_path / "out")
+    before = (out / "answers.jsonl").read_bytes()
+    lines = GSM8K.read_bytes().splitlines(keepends=True)
+    second = orjson.loads(lines[1])
+    lines[1] = orjson.dumps({**second, "problem": second["problem"] + " (edited)"}) + b"\n"
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(b"".join(lines))
+    res = run_solve([str(edited), *ARGS, "-o", str(out), "--resume"], tiny_dir)
+    assert res.exit_code == 0, res.output
+    assert f"1 problem of {edited} changed since their answers were written: {second['id']!r} (line 2)" in res.output
+    assert "nothing to do" in res.output and (out / "answers.jsonl").read_bytes() == before
+    res = run_solve([str(GSM8K), *ARGS, "-o", str(out), "--resume"], tiny_dir)
+    assert res.exit_code == 0 and "changed since" not in res.output
+
+
+def test_resume_into_a_folder_without_a_run_says_it_starts_a_new_one(tiny_dir, tmp_path):
+    out = tmp_path / "fresh"
+    res = run_solve([str(GSM8K), "--limit", "1", "-o", str(out), "--resume"], tiny_dir)
+    assert res.exit_code == 0, res.output
+    assert f"note: --resume: {out} holds no earlier run" in res.output and len(records(out)) == 1
+    res = run_solve([str(GSM8K), "--limit", "2", "-o", str(out), "--resume"], tiny_dir)
+    assert res.exit_code == 0 and "holds no earlier run" not in res.output and len(records(out)) == 2
+
+
 def test_resume_refuses_other_settings_unless_force(reference, tiny_dir, tmp_path):
     out = _copy_run(reference, tmp_path / "out")
     res = run_solve([str(GSM8K), *ARGS, "-o", str(out), "--resume", "--temperature", "0.5"], tiny_dir)

@@ -425,6 +425,7 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
         refuse_earlier_answers(out, overwrite, resume)
         return
     run_json = out / RUN_FILENAME
+    had_run_json = run_json.exists()
     previous = None
     try:
         previous = read_run_config(out) if run_json.is_file() or not run_json.exists() else None
@@ -447,6 +448,10 @@ def _prepare_locked(prepared: PreparedOutput, config: dict, overwrite: bool, res
     if previous is None and has_answers and not force:
         raise OutputFolderError(f"{run_json} is missing, so the settings behind {answers} cannot be checked; pass "
                                 f"--force to resume anyway")
+    if not had_run_json and not has_answers:
+        # not an error: a script may pass --resume on every call, the first one included
+        prepared.notes.append(f"--resume: {out} holds no earlier run (no {ANSWERS_FILENAME}, no {RUN_FILENAME}); "
+                              f"starting a new one")
     prepared.previous = previous
     # the context limit an engine uses is the flag capped by the model's own, known only once the
     # model loads: run.json records the used value, so it is compared after loading

@@ -8,6 +8,7 @@ place and goes on. Only a file that cannot be opened at all raises.
 from __future__ import annotations
 
 import errno
+import hashlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,12 @@ class Problem:
     answer: str | None
     line: int
     extra: dict = field(default_factory=dict)
+
+
+def problem_hash(text: str) -> str:
+    """A short content hash of a problem statement (16 hex digits of its UTF-8 SHA-256), which an
+    answer record keeps so that ``--resume`` can tell when the input's problem changed since."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 import orjson
 
 from .durable import write_atomically
-from .problems import Problem, ProblemError
+from .problems import Problem, ProblemError, problem_hash
 
 RUN_FILENAME = "run.json"
 # the part of run.json that is informative only; everything else must match on --resume
@@ -39,6 +39,8 @@ class DoneRecords:
 
     Attributes:
         answered: ids of answer records.
+        hashes: id -> ``problem_hash`` of the answer records that have one (records of older
+            versions do not).
         error_lines: line -> ids of the error records written for that input line (None when the
             line's id could not be read, e.g. invalid JSON).
         answers/errors: how many answer and error records the file holds.
@@ -56,6 +58,7 @@ class DoneRecords:
     """
 
     answered: set[str] = field(default_factory=set)
+    hashes: dict[str, str] = field(default_factory=dict)
     error_lines: dict[int, set[str | None]] = field(default_factory=dict)
     answers: int = 0
     errors: int = 0
@@ -165,6 +168,8 @@ def _count_record(raw: bytes, done: DoneRecords) -> bool:
         done.errors += 1
     else:
         done.answered.add(str(rec["id"]))
+        if isinstance(rec.get("problem_hash"), str):
+            done.hashes[str(rec["id"])] = rec["problem_hash"]
         done.answers += 1
         if "correct" in rec:
             done.graded += 1
@@ -188,6 +193,8 @@ class SkipCounts:
 
     answers: int = 0
     errors: int = 0
+    # (id, line) of skipped problems whose statement differs from the one their record was made for
+    changed: list[tuple[str, int]] = field(default_factory=list)
 
 
 def skip_done(items: Iterable[Problem | ProblemError], done: DoneRecords,
@@ -197,13 +204,18 @@ def skip_done(items: Iterable[Problem | ProblemError], done: DoneRecords,
     Args:
         items: the input stream.
         done: records of the earlier run.
-        counts: updated with the items skipped (optional).
+        counts: updated with the items skipped (optional), and with the answered problems whose
+            statement changed since their record was written (they are skipped all the same: the
+            record is kept, never duplicated).
     """
     counts = counts if counts is not None else SkipCounts()
     for item in items:
         kind = done.covers(item)
         if kind == "answer":
             counts.answers += 1
+            recorded = done.hashes.get(item.id)
+            if recorded is not None and recorded != problem_hash(item.problem):
+                counts.changed.append((item.id, item.line))
         elif kind == "error":
             counts.errors += 1
         else:

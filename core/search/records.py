@@ -23,16 +23,18 @@ def answer_record(problem: Problem, result: dict, search) -> dict:
         search: the finished :class:`~core.search.beam_search.BeamSearch` (its policy name and start time).
 
     Returns:
-        ``id``, ``gold``, ``pred``; with a gold answer ``correct``, ``gold_parsed`` and one
+        ``id``, ``gold``, ``pred``, ``problem_hash`` (:func:`core.io.problems.problem_hash` of the
+        statement); with a gold answer ``correct``, ``gold_parsed`` and one
         ``correct_<rule>`` per selection rule; then every field of ``result``, ``policy`` and
         ``time_s`` (seconds from admission to now, on this process's clock). With a gold answer,
         every ``at_n`` entry (the picks over the first n completions) is graded the same way:
         ``correct`` and ``correct_<rule>`` beside its picks.
     """
     from core.grading.equivalence import answers_equivalent, grade
+    from core.io.problems import problem_hash
 
     gold = problem.answer
-    record = {"id": problem.id, "gold": gold, "pred": result["pred"]}
+    record = {"id": problem.id, "gold": gold, "pred": result["pred"], "problem_hash": problem_hash(problem.problem)}
     result = dict(result)
     if gold is not None:
         # the problem statement tells a unit from a variable (gold 6m must not accept 6)
