@@ -39,7 +39,11 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "words-for-numbers", "checks-layouts",
          # an end-of-text token, a box repeated, "=" chains, more footers, $210K, a vector as a tuple,
          # "exactly one", numbers in Chinese prose, \, in a box, "2.7 dollars" against cents, who has the most
-         "ends-chains-names"}
+         "ends-chains-names",
+         # boxes across sentences, an Instruction/Response run-on, "minus four", $55k, a reason after the
+         # answer, bare LaTeX, P(...) = p, set-builder sets, "either ... or", choice letters, units after 12\pi,
+         # "(that is, ...)", a Tip after the answer
+         "boxes-hedges-sets"}
 
 
 def _rows() -> list[dict]:

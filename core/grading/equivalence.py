@@ -74,12 +74,13 @@ _PERCENT = re.compile(r"\\?%")
 # second backslash and a following space are not taken for "\ ".
 _SPACING = re.compile(r"\\\\|\\[!,;: ]|\\q?quad(?![A-Za-z])|~")
 _TRAILING = " \t\n.,;:!"
-# A leading name: a letter or command, a subscript, primes; then = or \in. (A function's name, f(x)=, is
+# A leading name: a letter or command, a subscript, primes, an event or argument list in brackets
+# (P(\text{AB and CD cross})); then = or \in. (A function's name, f(x)=, is
 # math-verify's: it compares such a gold by its right-hand side.)
 _LHS_NAME = re.compile(
-    r"^\s*(?P<name>(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*)"
+    r"^\s*(?P<name>(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*(?:\((?=[^()=]*[\s\\,])[^()=]*\))?)"
     r"\s*(?:=|\\in(?![A-Za-z]))\s*(?P<rhs>[^=]+)$")
-_QUANTITY = (r"-?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:\s*\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?)?"
+_QUANTITY = (r"-?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:\s*\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?|\s*\\pi(?![A-Za-z]))?"
              r"|-?\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?")
 _UNIT_WORD = r"[A-Za-z]+(?:\s*\^\s*\{?\d+\}?)?"
 _WITH_UNIT = re.compile(rf"^(?P<q>{_QUANTITY})\s*(?P<u>(?<![A-Za-z\\]){_UNIT_WORD}(?:\s*(?:/|\s|\\cdot)\s*{_UNIT_WORD})*)$")
@@ -249,6 +250,8 @@ def _column_as_tuple(s: str) -> str:
     return "(" + ", ".join(entries) + ")" if len(entries) >= 2 else s
 
 
+# a set in set-builder notation over one variable whose condition names it: \{t : t > 2\}, \{x \mid x \le 1\}
+_SET_BUILDER = re.compile(r"^\\\{\s*([A-Za-z])\s*(?::|\\mid|\|)\s*((?=[^{}]*\1)[^{}]+?)\s*\\\}$")
 # a mixed number in plain text, 137 1/2, read as the LaTeX one (math-verify's 137\frac{1}{2} is 275/2)
 _MIXED = re.compile(r"(?<![\d./])(\d+)\s+(\d+)/(\d+)(?![\d/])")
 # a repeating decimal: 1.\overline{3}, 0.1\overline{6}, 0.\dot{3}
@@ -269,6 +272,7 @@ def _prepare(ans: str) -> str:
     s = _LEFT_RIGHT.sub("", s)
     s = _BARE_SQRT.sub(r"\\sqrt{\1}", s)
     s = _REPEATING.sub(_repeating_fraction, s)
+    s = _SET_BUILDER.sub(r"\2", s)  # {t : t > 2} is the condition's set: t > 2
     s = _MIXED.sub(lambda m: f"{m.group(1)}\\frac{{{m.group(2)}}}{{{m.group(3)}}}"
                    if int(m.group(2)) < int(m.group(3)) else m.group(0), s)
     s = _unwrap_text(s)
@@ -679,6 +683,12 @@ class Grade:
     timed_out: bool = False
 
 
+def _choice(s: str) -> str | None:
+    """The letter of a multiple-choice answer: ``(C)``, ``C``, ``(C) Plane``; None for anything else."""
+    m = re.fullmatch(r"\(?([A-E])\)?(?:\s+[A-Za-z ]+)?", s.strip())
+    return m.group(1) if m and (s.strip().startswith("(") or len(s.strip()) == 1) else None
+
+
 def _in_base(s: str) -> int | None:
     """The value of a number written with its base as a subscript (``40_9`` -> 36, ``1011_{2}`` -> 11),
     else None (also for digits the base does not have)."""
@@ -694,6 +704,8 @@ def _in_base(s: str) -> int | None:
 def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     """``(equivalent, timed_out)`` for one prepared item on each side."""
     pred, gold = _drop_units(pred, gold, variables)
+    if re.fullmatch(r"\([A-E]\)", gold.strip()) and _choice(pred):  # (C) Plane answers the choice (C)
+        return _choice(pred) == _choice(gold), False
     based = _in_base(pred), _in_base(gold)
     if None not in based:  # both name their base: 40_{10} is not 40_9
         return based[0] == based[1], False

@@ -45,7 +45,8 @@ _HASH_LINE = re.compile(r"####(?![ \t]*(?:[A-Za-z]{2}|\(?[A-Za-z0-9]{1,3}[.):][ 
                         re.MULTILINE)
 
 # A line that opens a new problem, as in the few-shot prompts models continue after their answer
-_NEXT_QUESTION = re.compile(r"^[ \t>*_#]*(?:question|q|problem|user|human)(?:[ \t]*\d+)?[ \t*_]*[:：.][ \t*_]*\S",
+_NEXT_QUESTION = re.compile(r"^[ \t>*_#]*(?:question|q|problem|user|human|instruction|input)(?:[ \t]*\d+)?[ \t*_]*[:：.]"
+                            r"(?:[ \t*_]*\S|[ \t*_]*\n[ \t]*\S)",
                             re.IGNORECASE | re.MULTILINE)
 # A line that opens an exercise or an offer of the model's own after its solution: "Follow-up question:",
 # "Try it yourself: ...", "Related practice: ...", "Next question: ...", "Would you like me to ..."
@@ -243,6 +244,13 @@ def final_boxes(text: str) -> str | None:
         if not (_LIST_ITEM.match(text, previous) and any(previous <= b.start < line_start - 1 for b in boxes)):
             break
         line_start = previous
+    # on one line, the boxes before a sentence's end are intermediate: "gives $\\boxed{6}$. Then $\\boxed{7}$."
+    for previous, box in zip(reversed(boxes[:-1]), reversed(boxes)):
+        if previous.start < line_start:
+            break
+        if re.search(r"[.!?;:](?:\s|\$)", text[previous.end:box.start]) and not _LIST_ITEM.match(text, line_start):
+            line_start = box.start
+            break
     on_line = [b.content for b in boxes if b.start >= line_start and b.content]
     if len(set(on_line)) == 1:
         return on_line[0]  # the same answer boxed twice: "gives $\\boxed{3}$ ways. So the answer is $\\boxed{3}$."
@@ -426,7 +434,7 @@ _CHOICE = re.compile(r"[*_]*\\?\(\s*([A-E])\s*\\?\)[*_]*(?=[\s.,;:]|$)")
 # a number with a scale word ("$1.45 million", "70 thousand"), a temperature "below zero", an interval
 # in words ("all real numbers greater than 2")
 _SCALED = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})*(?:\.\d+)?|\d+(?:\.\d+)?)(?:[ \t]*(thousand|million|billion|trillion)\b"
-                     r"|(?<=\d)(K|M|B|bn)\b)", re.IGNORECASE)
+                     r"|(?<=\d)(K|M|B|bn)(?=[\s.,;!?*)]|$))", re.IGNORECASE)  # "$70k." yes, "$2k+2$" no
 _SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12, "k": 3, "m": 6, "b": 9, "bn": 9}
 _BELOW_ZERO = re.compile(r"(?<![\d.-])(\d+(?:\.\d+)?)((?:[ \t]*(?:°|degrees?)(?:[ \t]*(?:C|F|Celsius|Fahrenheit))?)?)"
                          r"[ \t]+below[ \t]+zero\b", re.IGNORECASE)
@@ -439,10 +447,8 @@ def _in_plain_numbers(text: str) -> str:
     """Numbers written with words as the numbers they are: ``$1.45 million`` -> ``$1450000``, ``10 degrees
     below zero`` -> ``-10 degrees``, ``all real numbers greater than 2`` -> ``x > 2``."""
     def scaled(m: re.Match) -> str:
-        if m.group(3) and m.group(3) not in ("K", "M", "B", "bn"):
-            return m.group(0)  # 5k, 3m, 2b: a unit more often than a scale
         if m.group(3) and not m.string[:m.start()].endswith("$"):
-            return m.group(0)  # "140K" is money only after a dollar sign ("$140K"); "5K" may be kelvin
+            return m.group(0)  # "140K" is money only after a dollar sign ("$140K", "$70k"); "5K" may be kelvin
         value = Decimal(m.group(1).replace(",", "")).scaleb(_SCALES[(m.group(2) or m.group(3)).lower()])
         return format(value.normalize(), "f")
 
@@ -687,7 +693,7 @@ _CHECK_HEADING = re.compile(r"^[ \t#*_]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(
 _EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|justification|why)[ \t*_]*[:：]", re.IGNORECASE | re.MULTILINE)
 # What a chat model adds after its answer: offers, wishes, notes, trivia ("Let me know if ...")
 _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if you(?:'d| would)? like|"
-                     r"note:|fun fact|p\.?s\.?\b|happy to help)", re.IGNORECASE)
+                     r"note:|tip:|hint:|remark:|fun fact|p\.?s\.?\b|happy to help)", re.IGNORECASE)
 # A horizontal rule: what follows it is a footer once something was stated before it
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
 _STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|"
@@ -695,12 +701,13 @@ _STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bm
                      r"(?<!\d):(?=\s)",
                      re.IGNORECASE)
 # an aside in brackets after the answer: "(For comparison, a full serving is 60 g.)"
-_ASIDE = re.compile(r"^\(.*\)[.!]?$", re.S)
+_ASIDE = re.compile(r"^\((?![A-Za-z]\)).*\)[.!]?$", re.S)  # not a choice letter: "(C)"
 # a value the answer is contrasted with: "28 pets in total — it's not 24", "$24, not $32 (...)"
 _REJECTION = re.compile(r"\s*(?:[,;:]|—|–|--|\s-)\s*(?:(?:and|but)\s+)?(?:(?:it|that|this)(?:'s|\s+is|\s+was)\s+)?"
                         r"(?:not|rather\s+than|instead\s+of)\b.*$", re.IGNORECASE | re.S)
 # an approximation in brackets closing a sentence, after its exact answer
-_APPROXIMATELY = re.compile(r"\s*\((?:about|approximately|approx\.?|roughly|around|nearly|≈|~)[^()]*\)(?=[\s.!]*$)",
+_APPROXIMATELY = re.compile(r"\s*\((?:about|approximately|approx\.?|roughly|around|nearly|that\s+is|i\.e\.|equivalently|"
+                            r"≈|~)[^()]*\)(?=[\s.!]*$)",
                             re.IGNORECASE)
 # a name closing a "who ... the most" solution: "Navin would earn the most.", "So Evelyn has the greatest speed."
 _WINNER = re.compile(r"^(?:(?i:so|thus|therefore|hence)[ \t,]+)?[*_]*([A-Z][a-z]+)[*_]*[ \t]+(?:\w+[ \t]+){0,3}?"
@@ -708,6 +715,9 @@ _WINNER = re.compile(r"^(?:(?i:so|thus|therefore|hence)[ \t,]+)?[*_]*([A-Z][a-z]
                      r"longest|shortest|farthest|furthest)\b")
 _NOT_NAMES = frozenset("The This That It He She They We You Each Every Both All None Which Who Whoever One So Thus "
                         "Therefore Hence Then Now Here There".split())
+# the reason given after a stated answer, and a hedge between two values
+_REASON = re.compile(r"\s*,?\s+(?:because|since)\b.*$", re.IGNORECASE | re.S)
+_HEDGE = re.compile(r"\beither\b[^\d]*?(-?\d[\d.,]*\d|\d)\b.*?\bor\b[^\d]*?(-?\d[\d.,]*\d|\d)\b", re.IGNORECASE)
 # a short answer alone on the last line ("Evelyn", "even", "C", "(B)"), not a word that closes a text
 _BARE_ANSWER = re.compile(r"^[*_]*(?:\([A-Za-z]\)|[A-Za-z][A-Za-z'-]*(?:[ ][A-Za-z][A-Za-z'-]*){0,2})[*_]*\.?$")
 _NOT_ANSWERS = frozenset(["done", "qed", "end", "the end", "solution", "answer", "final answer", "thus", "therefore",
@@ -845,6 +855,9 @@ def closing_answer(text: str) -> str | None:
     if sentences and _BARE_ANSWER.match(sentences[-1]) and len(sentences[-1].split()) <= 3 \
             and sentences[-1].strip("*_. ").lower() not in _NOT_ANSWERS:
         return sentences[-1].strip("*_. ")  # the answer alone on the last line: "Evelyn", "C"
+    if sentences and "\\" in sentences[-1] and re.fullmatch(r"[\\\w{}^_+\-*/()\[\]., =<>|']+", sentences[-1]) \
+            and not re.search(r"(?<!\\)\b[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", " ", sentences[-1])):
+        return sentences[-1].rstrip(".").strip()  # LaTeX alone on the last line, no $: "\\frac{5}{9}"
     winner = _WINNER.match(sentences[-1]) if sentences else None
     if winner and winner.group(1) not in _NOT_NAMES and not re.search(r"\d", sentences[-1]):
         return winner.group(1)  # who has the most: "Navin would earn the most."
@@ -853,6 +866,12 @@ def closing_answer(text: str) -> str | None:
             continue
         plain = _REJECTION.sub("", digits_for_words(sentence.replace("**", "")))
         plain = _APPROXIMATELY.sub("", plain)  # "is $3\\sqrt{13}$ units (about $10.82$)."
+        reason = _REASON.search(plain)
+        if reason and re.search(r"\d", plain[:reason.start()]):
+            plain = plain[:reason.start()]  # "The remainder is 0, because $54 = 6 \\times 9$."
+        hedge = _HEDGE.search(plain)
+        if hedge:
+            return f"{hedge.group(1)}, {hedge.group(2)}"  # "either $125 (jewelry) or $96": two answers, none
         states = _outside_math(plain, _STATES)
         words = [m for m in states if m.group(0) != "="]
         if words and states[-1].group(0) == "=" and _is_equation(plain[words[-1].end():].strip().rstrip(".")):

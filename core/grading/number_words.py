@@ -75,4 +75,5 @@ def digits_for_words(text: str) -> str:
             return m.group(0)
         return str(value)
 
-    return NUMBER_RUN.sub(replace, text)
+    text = NUMBER_RUN.sub(replace, text)
+    return re.sub(r"\b(?:minus|negative)[ \t]+(?=\d)", "-", text, flags=re.IGNORECASE)  # "minus three" -> -3
