@@ -812,6 +812,40 @@ def _stated_value(ans: str) -> str | None:
     return ans.strip() or None
 
 
+def _without_checks(text: str) -> str:
+    """``text`` up to a horizontal rule or a check heading ("**Verification:**") that follows a number:
+    what comes after only checks the answer or adds to it. A rule over a column sum's total is no rule."""
+    rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])
+             and not re.match(r"\s*\n[ \t]*[-−]?[\d.,]+[ \t]*(?:\n|$)", text[m.end():])]
+    if rules:
+        text = text[:rules[0].start()]
+    checks = [m for m in _CHECK_HEADING.finditer(text) if re.search(r"\d", text[:m.start()])]
+    return text[:checks[0].start()] if checks else text
+
+
+def _last_line_answer(last: str) -> str | None:
+    """The answer a last sentence gives by its form alone: a short answer by itself ("Evelyn", "C"),
+    LaTeX without ``$`` (``\\frac{5}{9}``), the name closing a "who has the most" solution."""
+    if _BARE_ANSWER.match(last) and len(last.split()) <= 3 and last.strip("*_. ").lower() not in _NOT_ANSWERS:
+        return last.strip("*_. ")
+    if "\\" in last and re.fullmatch(r"[\\\w{}^_+\-*/()\[\]., =<>|']+", last) \
+            and not re.search(r"(?<!\\)\b[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", " ", last)):
+        return last.rstrip(".").strip()
+    winner = _WINNER.match(last)
+    if winner and winner.group(1) not in _NOT_NAMES and not re.search(r"\d", last):
+        return winner.group(1)  # "Navin would earn the most."
+    return None
+
+
+def _statement(sentence: str) -> str:
+    """A sentence as it states its answer: numbers in words as digits, and without a value contrasted
+    after the answer ("-- not 24"), an approximation in brackets after it ("(about $10.82$)") or its
+    reason ("is 0, because $54 = 6 \\times 9$")."""
+    plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
+    reason = _REASON.search(plain)
+    return plain[:reason.start()] if reason and re.search(r"\d", plain[:reason.start()]) else plain
+
+
 def closing_answer(text: str) -> str | None:
     """The answer a solution states in its last sentences when it has no answer marker (no box, no
     ``####``, no "the answer is", no ``Answer:`` line): "Therefore, $x = \\frac{9}{19}$.", "So she
@@ -843,32 +877,15 @@ def closing_answer(text: str) -> str | None:
         head = closing_answer(text[:explained[-1].start()])
         if head:
             return head
-    # a rule after a number ends the solution, unless it is a sum's line in a column layout ("-----" over its total)
-    rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])
-             and not re.match(r"\s*\n[ \t]*[-−]?[\d.,]+[ \t]*(?:\n|$)", text[m.end():])]
-    if rules:
-        text = text[:rules[0].start()]
-    checks = [m for m in _CHECK_HEADING.finditer(text) if re.search(r"\d", text[:m.start()])]
-    if checks:  # a "Verification:" block after the answer only checks it
-        text = text[:checks[0].start()]
-    sentences = [s for s in _sentences(text) if not _CHECK.match(s) and not _FOOTER.match(s) and not _ASIDE.match(s)]
-    if sentences and _BARE_ANSWER.match(sentences[-1]) and len(sentences[-1].split()) <= 3 \
-            and sentences[-1].strip("*_. ").lower() not in _NOT_ANSWERS:
-        return sentences[-1].strip("*_. ")  # the answer alone on the last line: "Evelyn", "C"
-    if sentences and "\\" in sentences[-1] and re.fullmatch(r"[\\\w{}^_+\-*/()\[\]., =<>|']+", sentences[-1]) \
-            and not re.search(r"(?<!\\)\b[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", " ", sentences[-1])):
-        return sentences[-1].rstrip(".").strip()  # LaTeX alone on the last line, no $: "\\frac{5}{9}"
-    winner = _WINNER.match(sentences[-1]) if sentences else None
-    if winner and winner.group(1) not in _NOT_NAMES and not re.search(r"\d", sentences[-1]):
-        return winner.group(1)  # who has the most: "Navin would earn the most."
+    sentences = [s for s in _sentences(_without_checks(text))
+                 if not _CHECK.match(s) and not _FOOTER.match(s) and not _ASIDE.match(s)]
+    alone = _last_line_answer(sentences[-1]) if sentences else None
+    if alone:
+        return alone
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
-        plain = _REJECTION.sub("", digits_for_words(sentence.replace("**", "")))
-        plain = _APPROXIMATELY.sub("", plain)  # "is $3\\sqrt{13}$ units (about $10.82$)."
-        reason = _REASON.search(plain)
-        if reason and re.search(r"\d", plain[:reason.start()]):
-            plain = plain[:reason.start()]  # "The remainder is 0, because $54 = 6 \\times 9$."
+        plain = _statement(sentence)
         hedge = _HEDGE.search(plain)
         if hedge:
             return f"{hedge.group(1)}, {hedge.group(2)}"  # "either $125 (jewelry) or $96": two answers, none
