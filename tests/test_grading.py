@@ -331,3 +331,21 @@ def test_math500_gold_vs_gold(form):
         if not result.correct:
             misses.append((r["id"], r["answer"], pred))
     assert misses == []
+
+
+@pytest.mark.parametrize("completion, gold, problem, expected", [
+    # a path cut off while it restates the question answers nothing, though the expression equals the gold
+    ("To solve 2 + 3, we need to follow a set of logical", "5", "What is 2 + 3?", False),
+    ("To compute $\\dbinom{8}{4}$, we use", "70", "Compute $\\dbinom{8}{4}$.", False),
+    ("We want to evaluate $\\sqrt{49} + 3^2$", "16", "Evaluate $\\sqrt{49} + 3^2$.", False),
+    ("First, I will simplify $\\frac{84}{144}$ by finding", "\\frac{7}{12}", "Simplify $\\frac{84}{144}$.", False),
+    ("The answer is $\\sqrt{32}$.", "4\\sqrt{2}", "Simplify $\\sqrt{32}$.", False),
+    # ... while an answer the problem happens to contain, or one worked out, is still right
+    ("So the answer is $5$.", "5", "What is 2 + 3?", True),
+    ("The quotient is $x+1$.", "x+1", "Divide $x^2+2x+1$ by $x+1$.", True),
+    ("The answer is $\\frac{1}{2}$.", "\\frac12", "Heads has probability $\\frac{1}{2}$. Find P(tails).", True),
+    ("The side is $\\sqrt{32}$.", "4\\sqrt{2}", "A square has area 32. Find its side.", True),
+    ("So the answer is $\\frac{7}{12}$.", "\\frac{7}{12}", "Simplify $\\frac{84}{144}$.", True),
+])
+def test_an_answer_restating_the_problem_is_wrong(completion, gold, problem, expected):
+    assert grade(extract_answer(completion), gold, problem).correct is expected

@@ -32,13 +32,17 @@ Both sides go through the same normalisation before anything compares them (:fun
    time limit (:mod:`core.grading.mv_worker`, which also holds the exactness, interval and power
    rules), and only when it reads the gold *whole*: a gold it cannot parse (prose, ``t(0,4]``) is
    compared as a normalised string, never as a partial parse;
-7. letters differing only in case never match (math-verify lowercases symbols: ``N`` vs ``n``).
+7. letters differing only in case never match (math-verify lowercases symbols: ``N`` vs ``n``);
+8. an answer that is an expression of the problem statement, not worked out (``2 + 3`` for "What is
+   2 + 3?"), answers nothing: a path cut off while restating the question is wrong even where
+   math-verify would evaluate it to the gold.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import math
 import re
 import threading
 from dataclasses import dataclass, field
@@ -745,6 +749,20 @@ def _gold_reading(gold: str, variables: frozenset[str] | None) -> tuple[dict, bo
     return {"as": "text", "value": canonical_answer(item)}, timed_out
 
 
+# an expression still to be worked out: operands joined by an operator, a root, a binomial coefficient
+_UNWORKED = re.compile(r"[\w})]\s*(?:[-+*/^]|\\times|\\cdot|\\div)\s*[\w{(\\]|\\sqrt|\\d?binom")
+
+
+def _restates(pred: str, problem: str) -> bool:
+    """Whether ``pred`` is an expression of the problem statement itself, not worked out (``2 + 3`` for
+    "What is 2 + 3?", ``\\dbinom{8}{4}`` for "Compute $\\dbinom{8}{4}$", an unreduced fraction for
+    "Simplify $\\frac{84}{144}$"): a path cut off while it
+    restates the question answers nothing, though math-verify would evaluate it to the gold."""
+    key = canonical_answer(pred)
+    unreduced = any(math.gcd(int(a), int(b)) > 1 for a, b in re.findall(r"\\frac\{(\d+)\}\{(\d+)\}", pred))
+    return len(key) >= 3 and bool(unreduced or _UNWORKED.search(pred)) and key in canonical_answer(_prepare(problem))
+
+
 def grade(pred: str | None, gold: str | None, problem: str | None = None, *, read_gold: bool = True) -> Grade:
     """Grade ``pred`` against ``gold`` (see the module docstring for the rules).
 
@@ -778,6 +796,8 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
         pred_s = _prepare(pred)
         if canonical_answer(pred_s) == canonical_answer(gold_s):
             return Grade(True, reading, timed_out)
+        if problem and _restates(pred_s, problem):
+            return Grade(False, reading, timed_out)  # "2 + 3" restates "What is 2 + 3?": no answer
         g_items, p_items = _items(gold_s), _items(pred_s)
         # inequalities joined by "or" are the union of their intervals: x<2 or x>3 = (-\infty,2) \cup (3,\infty)
         g_union, p_union = _as_union(g_items), _as_union(p_items)

@@ -521,6 +521,9 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
         return sentence.rstrip(".").strip(), _EXPRESSION
     expr = leading_expression(sentence)
     if expr is not None:
+        other = _OTHER_VALUE.search(sentence)
+        if other:  # "104 hours (possibly 44)": two answers
+            return f"{expr}, {other.group(1)}", _EXPRESSION
         return _with_dollar(_with_half_day(expr, sentence), sentence.strip(), 0), _EXPRESSION
     # prose first ("approximately 18 dollars"): the first expression that starts with a number after
     # the sentence's verb ("The 50th term is 2"), never an ordinal
@@ -674,6 +677,8 @@ def _extract(text: str) -> str | None:
     if hashed:
         return hashed
     for m in reversed(statements):
+        if _DOUBTED.match(text, m.end()):
+            continue  # "## Final Answer\n$720 - 576 = 144$? Recounting gives ...": the model doubts it
         ans, _ = _phrase_answer(text[m.end():])
         if ans:
             return ans
@@ -715,6 +720,9 @@ _WINNER = re.compile(r"^(?:(?i:so|thus|therefore|hence)[ \t,]+)?[*_]*([A-Z][a-z]
                      r"longest|shortest|farthest|furthest)\b")
 _NOT_NAMES = frozenset("The This That It He She They We You Each Every Both All None Which Who Whoever One So Thus "
                         "Therefore Hence Then Now Here There".split())
+# a stated value the model doubts (its line ends in "?") and another value offered in brackets
+_DOUBTED = re.compile(r"[\s*_:]*[^\n]*\?[\s*_]*\n")
+_OTHER_VALUE = re.compile(r"\((?:possibly|perhaps|maybe|or)[ \t]+\\?\$?(-?\d[\d.,]*)", re.IGNORECASE)
 # the reason given after a stated answer, and a hedge between two values
 _REASON = re.compile(r"\s*,?\s+(?:because|since)\b.*$", re.IGNORECASE | re.S)
 _HEDGE = re.compile(r"\beither\b[^\d]*?(-?\d[\d.,]*\d|\d)\b.*?\bor\b[^\d]*?(-?\d[\d.,]*\d|\d)\b", re.IGNORECASE)
