@@ -392,14 +392,20 @@ def _iteration(stats, runtime, progress, governor, signals) -> None:
 
 
 def _report_changed(skipped, source: str) -> None:
-    """Warn about answered problems whose statement in the input changed since their record was written."""
-    if not skipped.changed:
-        return
-    some = ", ".join(f"{pid!r} (line {line})" for pid, line in skipped.changed[:5])
-    more = f" and {len(skipped.changed) - 5} more" if len(skipped.changed) > 5 else ""
-    click.echo(f"warning: {_n(len(skipped.changed), 'problem')} of {source} changed since their answers were "
-               f"written: {some}{more}; their earlier records are kept (pass --overwrite, or another -o, to solve "
-               f"them again)", err=True)
+    """Warn about answered problems whose statement in the input changed since their record was written,
+    and about lines with an error record that now read as valid problems."""
+    def named(items) -> str:
+        some = ", ".join(f"{pid!r} (line {line})" for pid, line in items[:5])
+        return some + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+
+    if skipped.changed:
+        click.echo(f"warning: {_n(len(skipped.changed), 'problem')} of {source} changed since their answers were "
+                   f"written: {named(skipped.changed)}; their earlier records are kept (pass --overwrite, or "
+                   f"another -o, to solve them again)", err=True)
+    if skipped.fixed:
+        click.echo(f"warning: {_n(len(skipped.fixed), 'line')} of {source} with an error record now read as valid "
+                   f"problems: {named(skipped.fixed)}; they are not retried (a line never gets two records): solve "
+                   f"them into another -o, e.g. with --limit or a file holding only those lines", err=True)
 
 
 def _report_repairs(done, answers_path: Path) -> None:

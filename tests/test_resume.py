@@ -221,6 +221,21 @@ def test_resume_warns_about_problems_edited_since_their_answers(reference, tiny_
     assert res.exit_code == 0 and "changed since" not in res.output
 
 
+def test_resume_names_lines_fixed_since_their_error_records(tiny_dir, tmp_path):
+    """A line that failed and reads as a valid problem now is named, not retried (it keeps one record)."""
+    lines = GSM8K.read_bytes().splitlines(keepends=True)[:2]
+    broken = tmp_path / "in.jsonl"
+    broken.write_bytes(lines[0] + b'{"id": "fixme", "problem": \n')
+    out = tmp_path / "out"
+    assert run_solve([str(broken), "-o", str(out)], tiny_dir).exit_code == 1
+    before = (out / "answers.jsonl").read_bytes()
+    broken.write_bytes(lines[0] + b'{"id": "fixme", "problem": "What is 2 + 2?"}\n')
+    res = run_solve([str(broken), "-o", str(out), "--resume"], tiny_dir)
+    assert res.exit_code == 1, res.output
+    assert f"1 line of {broken} with an error record now read as valid problems: 'fixme' (line 2)" in res.output
+    assert (out / "answers.jsonl").read_bytes() == before
+
+
 def test_resume_into_a_folder_without_a_run_says_it_starts_a_new_one(tiny_dir, tmp_path):
     out = tmp_path / "fresh"
     res = run_solve([str(GSM8K), "--limit", "1", "-o", str(out), "--resume"], tiny_dir)

@@ -195,6 +195,8 @@ class SkipCounts:
     errors: int = 0
     # (id, line) of skipped problems whose statement differs from the one their record was made for
     changed: list[tuple[str, int]] = field(default_factory=list)
+    # (id, line) of input lines with an error record that now read as a valid problem (fixed since)
+    fixed: list[tuple[str, int]] = field(default_factory=list)
 
 
 def skip_done(items: Iterable[Problem | ProblemError], done: DoneRecords,
@@ -218,6 +220,8 @@ def skip_done(items: Iterable[Problem | ProblemError], done: DoneRecords,
                 counts.changed.append((item.id, item.line))
         elif kind == "error":
             counts.errors += 1
+            if isinstance(item, Problem):
+                counts.fixed.append((item.id, item.line))
         else:
             yield item
 
