@@ -677,7 +677,7 @@ def _extract(text: str) -> str | None:
     if hashed:
         return hashed
     for m in reversed(statements):
-        if _DOUBTED.match(text, m.end()):
+        if _doubted(text[m.end():]):
             continue  # "## Final Answer\n$720 - 576 = 144$? Recounting gives ...": the model doubts it
         ans, _ = _phrase_answer(text[m.end():])
         if ans:
@@ -720,8 +720,7 @@ _WINNER = re.compile(r"^(?:(?i:so|thus|therefore|hence)[ \t,]+)?[*_]*([A-Z][a-z]
                      r"longest|shortest|farthest|furthest)\b")
 _NOT_NAMES = frozenset("The This That It He She They We You Each Every Both All None Which Who Whoever One So Thus "
                         "Therefore Hence Then Now Here There".split())
-# a stated value the model doubts (its line ends in "?") and another value offered in brackets
-_DOUBTED = re.compile(r"[\s*_:]*[^\n]*\?[\s*_]*\n")
+# another value offered in brackets after the answer
 _OTHER_VALUE = re.compile(r"\((?:possibly|perhaps|maybe|or)[ \t]+\\?\$?(-?\d[\d.,]*)", re.IGNORECASE)
 # the reason given after a stated answer, and a hedge between two values
 _REASON = re.compile(r"\s*,?\s+(?:because|since)\b.*$", re.IGNORECASE | re.S)
@@ -818,6 +817,16 @@ def _stated_value(ans: str) -> str | None:
             ("=" in ans and not _NAMED.fullmatch(ans.split("=", 1)[0]) and not _is_equation(ans)):
         ans = ans.rsplit("=", 1)[1]  # a chain or an angle: the value after the last "="
     return ans.strip() or None
+
+
+def _doubted(rest: str) -> bool:
+    """Whether the answer after a label is put as a question ("$720 - 576 = 144$? Recounting ..."): its
+    first sentence, math aside, ends in "?"."""
+    line = next((ln for ln in rest.split("\n") if ln.strip(" \t*_:")), "")
+    for a, b, _ in reversed(math_segments(line)):
+        line = line[:a] + "M" + line[b:]
+    end = re.search(r"[.?!](?=\s|$)", line)
+    return bool(end) and end.group(0) == "?"
 
 
 def _without_checks(text: str) -> str:
