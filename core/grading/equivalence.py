@@ -47,9 +47,10 @@ import re
 import threading
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from fractions import Fraction
 
 from .extract import _THOUSANDS_RUN, normalise_unicode
+from .forms import choice_letter, column_as_tuple, exact_forms, in_base
+from .intervals import as_union
 from .mv_worker import MathVerifyProcess
 
 __all__ = ["answers_equivalent", "canonical_answer", "grade", "Grade", "grading_stats", "problem_variables",
@@ -241,44 +242,13 @@ def _currency(ans: str) -> str | None:
 
 # \sqrt13: what a model means is the root of the number, not TeX's \sqrt{1}3
 _BARE_SQRT = re.compile(r"\\sqrt[ \t]*(\d+)")
-# a column vector is the tuple of its entries: \begin{pmatrix} -18 \\ -49 \\ 96 \end{pmatrix} = (-18, -49, 96)
-_MATRIX = re.compile(r"^\\begin\{([pb])matrix\}(.*)\\end\{\1matrix\}$", re.S)
-
-
-def _column_as_tuple(s: str) -> str:
-    """A column vector (one entry per row, two rows or more) as its tuple; anything else unchanged."""
-    m = _MATRIX.match(s.strip())
-    if not m or "&" in m.group(2):
-        return s
-    entries = [e.strip() for e in re.split(r"\\\\", m.group(2)) if e.strip()]
-    return "(" + ", ".join(entries) + ")" if len(entries) >= 2 else s
-
-
-# a set in set-builder notation over one variable whose condition names it: \{t : t > 2\}, \{x \mid x \le 1\}
-_SET_BUILDER = re.compile(r"^\\\{\s*([A-Za-z])\s*(?::|\\mid|\|)\s*((?=[^{}]*\1)[^{}]+?)\s*\\\}$")
-# a mixed number in plain text, 137 1/2, read as the LaTeX one (math-verify's 137\frac{1}{2} is 275/2)
-_MIXED = re.compile(r"(?<![\d./])(\d+)\s+(\d+)/(\d+)(?![\d/])")
-# a repeating decimal: 1.\overline{3}, 0.1\overline{6}, 0.\dot{3}
-_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|dot)\s*\{?(\d+)\}?")
-
-
-def _repeating_fraction(m: re.Match) -> str:
-    """A repeating decimal as the fraction it is: ``1.\\overline{3}`` -> ``\\frac{4}{3}``."""
-    whole, fixed, period = m.group(1) or "0", m.group(2), m.group(3)
-    value = Fraction(int(whole + fixed + period) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(period) - 1))
-    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}" if value.denominator != 1 else str(value.numerator)
-
-
 def _prepare(ans: str) -> str:
     """The presentation-free form of one side (step 1 of the module docstring)."""
     # thousands separators, then spacing, before the wrappers go: 10,\!080 is a number, \,1\, is 1
     s = _strip_wrappers(_drop_spacing(_LATEX_THOUSANDS.sub(r"\1,", _unicode_to_latex(str(ans)))))
     s = _LEFT_RIGHT.sub("", s)
     s = _BARE_SQRT.sub(r"\\sqrt{\1}", s)
-    s = _REPEATING.sub(_repeating_fraction, s)
-    s = _SET_BUILDER.sub(r"\2", s)  # {t : t > 2} is the condition's set: t > 2
-    s = _MIXED.sub(lambda m: f"{m.group(1)}\\frac{{{m.group(2)}}}{{{m.group(3)}}}"
-                   if int(m.group(2)) < int(m.group(3)) else m.group(0), s)
+    s = exact_forms(s)
     s = _unwrap_text(s)
     s = s.replace("\\$", "")
     s = _UNESCAPED_DOLLAR.sub("", s)
@@ -486,60 +456,6 @@ def _items(s: str) -> list[str]:
     return _expand_pm(items)
 
 
-_LESS = {"<": "<", "\\lt": "<", "\\le": "<=", "\\leq": "<=", "\\leqslant": "<=",
-         ">": ">", "\\gt": ">", "\\ge": ">=", "\\geq": ">=", "\\geqslant": ">="}
-_REL = r"(<|>|\\l(?:eq?(?:slant)?|t)(?![A-Za-z])|\\g(?:eq?(?:slant)?|t)(?![A-Za-z]))"
-_BOUND = r"([^<>=\\,]+?|-?\\infty|[^<>=,]*?\\(?:frac|sqrt|pi)[^<>=,]*?)"
-_CHAIN = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*([A-Za-z])\s*{_REL}\s*{_BOUND}\s*$")
-_ONE_SIDE = re.compile(rf"^\s*([A-Za-z])\s*{_REL}\s*{_BOUND}\s*$")
-_ONE_SIDE_REVERSED = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*([A-Za-z])\s*$")
-
-
-def _interval_of(item: str) -> tuple[str, str] | None:
-    """``(variable, interval)`` for an inequality in one variable: ``0 < x \\le 4`` -> ``("x", "(0,4]")``,
-    ``x > 3`` -> ``("x", "(3,\\infty)")``; None for anything else."""
-    def lower(rel, bound):  # x rel bound with rel in > >=: the interval starts at bound
-        return ("[" if rel == ">=" else "(") + bound.strip()
-
-    def upper(rel, bound):
-        return bound.strip() + ("]" if rel == "<=" else ")")
-
-    m = _CHAIN.match(item)
-    if m:
-        a, r1, var, r2, b = m.groups()
-        r1, r2 = _LESS[r1], _LESS[r2]
-        if r1[0] == r2[0] == "<":
-            return var, lower(">=" if r1 == "<=" else ">", a) + "," + upper(r2, b)
-        if r1[0] == r2[0] == ">":  # b > x > a
-            return var, lower(">=" if r2 == ">=" else ">", b) + "," + upper("<=" if r1 == ">=" else "<", a)
-        return None
-    m = _ONE_SIDE.match(item)
-    if m:
-        var, rel, bound = m.group(1), _LESS[m.group(2)], m.group(3)
-    else:
-        m = _ONE_SIDE_REVERSED.match(item)
-        if not m:
-            return None
-        bound, rel, var = m.group(1), _LESS[m.group(2)], m.group(3)
-        rel = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[rel]  # a < x is x > a
-    if rel[0] == "<":
-        return var, "(-\\infty," + upper(rel, bound)
-    return var, lower(rel, bound) + ",\\infty)"
-
-
-def _as_union(items: list[str]) -> str | None:
-    """Inequalities in one variable joined by "or" (or listed) as the union of their intervals:
-    ``x<2, x>3`` -> ``(-\\infty,2) \\cup (3,\\infty)``; None unless every item is such an inequality."""
-    if len(items) == 1:
-        items = re.split(r"\s+or\s+|\s*\\(?:lor|vee)\s*", items[0])
-    if len(items) < 2:
-        return None
-    intervals = [_interval_of(item) for item in items]
-    if not all(intervals) or len({var for var, _ in intervals}) != 1:
-        return None
-    return " \\cup ".join(interval for _, interval in intervals)
-
-
 def _words_key(s: str) -> str:
     """A word answer's key: lowercased, without a leading article or a verb of direction (``facing east``)."""
     s = re.sub(r"^(?:a|an|the)\s+(?=\S)", "", s.strip(), flags=re.IGNORECASE)
@@ -687,34 +603,16 @@ class Grade:
     timed_out: bool = False
 
 
-def _choice(s: str) -> str | None:
-    """The letter of a multiple-choice answer: ``(C)``, ``C``, ``(C) Plane``; None for anything else."""
-    m = re.fullmatch(r"\(?([A-E])\)?(?:\s+[A-Za-z ]+)?", s.strip())
-    return m.group(1) if m and (s.strip().startswith("(") or len(s.strip()) == 1) else None
-
-
-def _in_base(s: str) -> int | None:
-    """The value of a number written with its base as a subscript (``40_9`` -> 36, ``1011_{2}`` -> 11),
-    else None (also for digits the base does not have)."""
-    m = re.fullmatch(r"([0-9A-Za-z]+)_\{?(\d+)\}?", s.replace(" ", ""))
-    if not m or not 2 <= int(m.group(2)) <= 36:
-        return None
-    try:
-        return int(m.group(1), int(m.group(2)))
-    except ValueError:
-        return None
-
-
 def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     """``(equivalent, timed_out)`` for one prepared item on each side."""
     pred, gold = _drop_units(pred, gold, variables)
-    if re.fullmatch(r"\([A-E]\)", gold.strip()) and _choice(pred):  # (C) Plane answers the choice (C)
-        return _choice(pred) == _choice(gold), False
-    based = _in_base(pred), _in_base(gold)
+    if re.fullmatch(r"\([A-E]\)", gold.strip()) and choice_letter(pred):  # (C) Plane answers the choice (C)
+        return choice_letter(pred) == choice_letter(gold), False
+    based = in_base(pred), in_base(gold)
     if None not in based:  # both name their base: 40_{10} is not 40_9
         return based[0] == based[1], False
     if pred.startswith("(") or gold.startswith("("):  # a vector written as a tuple: (-18, -49, 96)
-        pred, gold = _column_as_tuple(pred), _column_as_tuple(gold)
+        pred, gold = column_as_tuple(pred), column_as_tuple(gold)
     (pred_name, pred), (gold_name, gold) = _split_name(pred), _split_name(gold)
     if not pred or not gold or _case_conflict(pred, gold) or _names_conflict(pred_name, gold_name):
         return False, False
@@ -800,7 +698,7 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
             return Grade(False, reading, timed_out)  # "2 + 3" restates "What is 2 + 3?": no answer
         g_items, p_items = _items(gold_s), _items(pred_s)
         # inequalities joined by "or" are the union of their intervals: x<2 or x>3 = (-\infty,2) \cup (3,\infty)
-        g_union, p_union = _as_union(g_items), _as_union(p_items)
+        g_union, p_union = as_union(g_items), as_union(p_items)
         g_items, p_items = [g_union] if g_union else g_items, [p_union] if p_union else p_items
         if len(g_items) != len(p_items):
             return Grade(False, reading, timed_out)

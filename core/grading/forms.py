@@ -1,0 +1,68 @@
+"""Answer forms read as the values they write, before two answers are compared.
+
+Each reading is exact (no float tolerance): a repeating decimal is its fraction, a plain-text mixed
+number the LaTeX one, a set in set-builder notation its condition, a column vector its tuple, a
+number with a base subscript its value, a choice letter its letter.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base"]
+
+# a column vector is the tuple of its entries: \begin{pmatrix} -18 \\ -49 \\ 96 \end{pmatrix} = (-18, -49, 96)
+_MATRIX = re.compile(r"^\\begin\{([pb])matrix\}(.*)\\end\{\1matrix\}$", re.S)
+
+
+def column_as_tuple(s: str) -> str:
+    """A column vector (one entry per row, two rows or more) as its tuple; anything else unchanged."""
+    m = _MATRIX.match(s.strip())
+    if not m or "&" in m.group(2):
+        return s
+    entries = [e.strip() for e in re.split(r"\\\\", m.group(2)) if e.strip()]
+    return "(" + ", ".join(entries) + ")" if len(entries) >= 2 else s
+
+
+# a set in set-builder notation over one variable whose condition names it: \{t : t > 2\}, \{x \mid x \le 1\}
+_SET_BUILDER = re.compile(r"^\\\{\s*([A-Za-z])\s*(?::|\\mid|\|)\s*((?=[^{}]*\1)[^{}]+?)\s*\\\}$")
+# a mixed number in plain text, 137 1/2, read as the LaTeX one (math-verify's 137\frac{1}{2} is 275/2)
+_MIXED = re.compile(r"(?<![\d./])(\d+)\s+(\d+)/(\d+)(?![\d/])")
+# a repeating decimal: 1.\overline{3}, 0.1\overline{6}, 0.\dot{3}
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|dot)\s*\{?(\d+)\}?")
+
+
+def _repeating_fraction(m: re.Match) -> str:
+    """A repeating decimal as the fraction it is: ``1.\\overline{3}`` -> ``\\frac{4}{3}``."""
+    whole, fixed, period = m.group(1) or "0", m.group(2), m.group(3)
+    value = Fraction(int(whole + fixed + period) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(period) - 1))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}" if value.denominator != 1 else str(value.numerator)
+
+
+def choice_letter(s: str) -> str | None:
+    """The letter of a multiple-choice answer: ``(C)``, ``C``, ``(C) Plane``; None for anything else."""
+    m = re.fullmatch(r"\(?([A-E])\)?(?:\s+[A-Za-z ]+)?", s.strip())
+    return m.group(1) if m and (s.strip().startswith("(") or len(s.strip()) == 1) else None
+
+
+def in_base(s: str) -> int | None:
+    """The value of a number written with its base as a subscript (``40_9`` -> 36, ``1011_{2}`` -> 11),
+    else None (also for digits the base does not have)."""
+    m = re.fullmatch(r"([0-9A-Za-z]+)_\{?(\d+)\}?", s.replace(" ", ""))
+    if not m or not 2 <= int(m.group(2)) <= 36:
+        return None
+    try:
+        return int(m.group(1), int(m.group(2)))
+    except ValueError:
+        return None
+
+
+def exact_forms(s: str) -> str:
+    """``s`` with repeating decimals as fractions (``1.\\overline{3}`` -> ``\\frac{4}{3}``), a set-builder set
+    as its condition (``\\{t : t > 2\\}`` -> ``t > 2``) and a plain-text mixed number in LaTeX
+    (``137 1/2`` -> ``137\\frac{1}{2}``, which math-verify reads as 275/2)."""
+    s = _REPEATING.sub(_repeating_fraction, s)
+    s = _SET_BUILDER.sub(r"\2", s)
+    return _MIXED.sub(lambda m: f"{m.group(1)}\\frac{{{m.group(2)}}}{{{m.group(3)}}}"
+                      if int(m.group(2)) < int(m.group(3)) else m.group(0), s)

@@ -1,0 +1,66 @@
+"""Inequalities in one variable as the intervals they describe, for answers joined by "or".
+
+math-verify compares one inequality with an interval gold (``x \\ge 2`` is ``[2,\\infty)``); an answer
+written as several inequalities joined by "or" (``x<2`` or ``x>3``) is the union of their intervals,
+which is written out here so that math-verify compares it with a union gold
+(``(-\\infty, 2) \\cup (3, \\infty)``).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["as_union"]
+
+_LESS = {"<": "<", "\\lt": "<", "\\le": "<=", "\\leq": "<=", "\\leqslant": "<=",
+         ">": ">", "\\gt": ">", "\\ge": ">=", "\\geq": ">=", "\\geqslant": ">="}
+_REL = r"(<|>|\\l(?:eq?(?:slant)?|t)(?![A-Za-z])|\\g(?:eq?(?:slant)?|t)(?![A-Za-z]))"
+_BOUND = r"([^<>=\\,]+?|-?\\infty|[^<>=,]*?\\(?:frac|sqrt|pi)[^<>=,]*?)"
+_CHAIN = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*([A-Za-z])\s*{_REL}\s*{_BOUND}\s*$")
+_ONE_SIDE = re.compile(rf"^\s*([A-Za-z])\s*{_REL}\s*{_BOUND}\s*$")
+_ONE_SIDE_REVERSED = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*([A-Za-z])\s*$")
+
+
+def _interval_of(item: str) -> tuple[str, str] | None:
+    """``(variable, interval)`` for an inequality in one variable: ``0 < x \\le 4`` -> ``("x", "(0,4]")``,
+    ``x > 3`` -> ``("x", "(3,\\infty)")``; None for anything else."""
+    def lower(rel, bound):  # x rel bound with rel in > >=: the interval starts at bound
+        return ("[" if rel == ">=" else "(") + bound.strip()
+
+    def upper(rel, bound):
+        return bound.strip() + ("]" if rel == "<=" else ")")
+
+    m = _CHAIN.match(item)
+    if m:
+        a, r1, var, r2, b = m.groups()
+        r1, r2 = _LESS[r1], _LESS[r2]
+        if r1[0] == r2[0] == "<":
+            return var, lower(">=" if r1 == "<=" else ">", a) + "," + upper(r2, b)
+        if r1[0] == r2[0] == ">":  # b > x > a
+            return var, lower(">=" if r2 == ">=" else ">", b) + "," + upper("<=" if r1 == ">=" else "<", a)
+        return None
+    m = _ONE_SIDE.match(item)
+    if m:
+        var, rel, bound = m.group(1), _LESS[m.group(2)], m.group(3)
+    else:
+        m = _ONE_SIDE_REVERSED.match(item)
+        if not m:
+            return None
+        bound, rel, var = m.group(1), _LESS[m.group(2)], m.group(3)
+        rel = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[rel]  # a < x is x > a
+    if rel[0] == "<":
+        return var, "(-\\infty," + upper(rel, bound)
+    return var, lower(rel, bound) + ",\\infty)"
+
+
+def as_union(items: list[str]) -> str | None:
+    """Inequalities in one variable joined by "or" (or listed) as the union of their intervals:
+    ``x<2, x>3`` -> ``(-\\infty,2) \\cup (3,\\infty)``; None unless every item is such an inequality."""
+    if len(items) == 1:
+        items = re.split(r"\s+or\s+|\s*\\(?:lor|vee)\s*", items[0])
+    if len(items) < 2:
+        return None
+    intervals = [_interval_of(item) for item in items]
+    if not all(intervals) or len({var for var, _ in intervals}) != 1:
+        return None
+    return " \\cup ".join(interval for _, interval in intervals)
