@@ -14,7 +14,8 @@ Both sides go through the same normalisation before anything compares them (:fun
    never taken for a unit when the problem uses it as a variable (gold ``6m`` must not accept
    ``6``), nor without the problem at hand;
 3. a leading name (``m_{\\max}=``, ``x \\in``, ``N=``) is dropped from both sides; where both sides
-   name an item the names must agree (``a=3, b=2`` is not ``a=2, b=3``); a function's gold
+   name an item the names must agree (``a=3, b=2`` is not ``a=2, b=3``); an equation answers a named
+   gold when its sides differ by the gold's difference (``y - 1 = 2(x+1)`` is ``y = 2x + 3``); a function's gold
    (``f(x)=2x+3``) math-verify compares by its right-hand side;
 4. lists: top-level commas and "and" split both sides (a run like ``27,54,108,135`` is a list, not
    thousands separators), ``a \\pm b`` is the two items ``a+b, a-b``, a set ``\\{1, 2\\}`` is its
@@ -617,7 +618,14 @@ def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     if not pred or not gold or _case_conflict(pred, gold) or _names_conflict(pred_name, gold_name):
         return False, False
     if gold_name and not pred_name and "=" in pred:
-        return False, False  # k^2=5 is no answer to a gold k=5 (math-verify would take its right side)
+        # k^2=5 is no answer to a gold k=5 (math-verify would take its right side); an equation is the same
+        # one when its two sides differ by the gold's difference: y - 1 = 2(x+1) is y = 2x + 3
+        if pred.count("=") != 1:
+            return False, False
+        left, right = pred.split("=")
+        if not left.strip() or not right.strip():
+            return False, False
+        return _math_equal(f"({left})-({right})", f"({gold_name})-({gold})")
     if canonical_answer(pred) == canonical_answer(gold):
         return True, False
     colons = _colon_parts(pred), _colon_parts(gold)
