@@ -42,6 +42,7 @@ Both sides go through the same normalisation before anything compares them (:fun
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import math
 import re
@@ -256,7 +257,6 @@ def _prepare(ans: str) -> str:
     s = _PERCENT.sub("", s)
     s = _DEGREES.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    s = _LATEX_THOUSANDS.sub(r"\1,", s)
     s = s.replace("{:}", ":")  # LaTeX's colon without spacing: 7{:}30
     s = re.sub(r"\\\\\s*\[\s*-?[\d.]+\s*(?:pt|em|ex|mm|cm)\s*\]", r"\\\\", s)  # a matrix row's spacing: \\[2pt]
     s = _drop_spacing(s)
@@ -666,7 +666,14 @@ def _restates(pred: str, problem: str) -> bool:
     restates the question answers nothing, though math-verify would evaluate it to the gold."""
     key = canonical_answer(pred)
     unreduced = any(math.gcd(int(a), int(b)) > 1 for a, b in re.findall(r"\\frac\{(\d+)\}\{(\d+)\}", pred))
-    return len(key) >= 3 and bool(unreduced or _UNWORKED.search(pred)) and key in canonical_answer(_prepare(problem))
+    return len(key) >= 3 and bool(unreduced or _UNWORKED.search(pred)) and key in _problem_key(problem)
+
+
+@functools.lru_cache(maxsize=256)
+def _problem_key(problem: str) -> str:
+    """The problem statement in the form :func:`canonical_answer` gives answers; cached, since every pick
+    and ``at_n`` entry of a record is graded against the same statement."""
+    return canonical_answer(_prepare(problem))
 
 
 def grade(pred: str | None, gold: str | None, problem: str | None = None, *, read_gold: bool = True) -> Grade:
