@@ -181,7 +181,7 @@ def test_math500_distinct_answers_not_equivalent():
     ("The answer is 2 * 1 = 2 bolts cut.", "2"),
     ("So the answer is 18 dollars.", "\\$18"),  # an amount keeps its currency: dollars are not cents
     ("The answer is 1,234.", "1234"),
-    ("The final answer is -3.5 meters", "-3.5"),
+    ("The final answer is -3.5 meters", "-3.5 meters"),  # a unit of measure stays: the question may ask another
     ("the answer is $\\frac{1}{2}$.", "\\frac{1}{2}"),
     ("The answer is yes.", "yes"),
 ])
@@ -349,3 +349,41 @@ def test_math500_gold_vs_gold(form):
 ])
 def test_an_answer_restating_the_problem_is_wrong(completion, gold, problem, expected):
     assert grade(extract_answer(completion), gold, problem).correct is expected
+
+
+@pytest.mark.parametrize("problem, unit", [
+    ("Janet walks 3 km. How many miles did she walk?", "mi"),
+    ("How much money, in dollars, does she make every day?", "dollar"),
+    ("How long, in minutes, does the trip take?", "min"),
+    ("What is the area of the rectangle (in cm)?", "cm"),
+    ("What is the area in square feet?", "ft^2"),
+    ("What is angle ABC? Express your answer in degrees.", "deg"),
+    ("He runs 3 miles in 30 minutes. How many minutes will 5 miles take?", "min"),
+    # no one unit of measure asked: a compound unit, two units, a count's noun, no question of units
+    ("How many miles per hour did he drive?", None),
+    ("The car goes 60 miles an hour. How many miles an hour is that?", None),
+    ("How many feet and inches tall is he?", None),
+    ("How many apples does she have?", None),
+    ("In how many ways can 4 people sit in a row?", None),
+    ("How much does it cost in total?", None),
+    ("", None),
+])
+def test_asked_unit_reads_the_unit_a_question_names(problem, unit):
+    from core.grading.units import asked_unit
+
+    assert asked_unit(problem) == unit
+
+
+@pytest.mark.parametrize("completion, gold, problem, right", [
+    ("She walks 1.25 miles.", "1.25", "How many miles does she walk?", True),
+    ("She walks 1.25 kilometers.", "1.25", "How many miles does she walk?", False),
+    ("So Tom needs **75 seconds** more.", "75", "How many more minutes does Tom need?", False),
+    ("The answer is $\\boxed{6}$ weeks.", "6", "How many days does the bag last?", False),
+    ("The area is 24 feet.", "24", "What is its area, in square feet?", True),  # "square" left out: a slip
+    ("He drives 50 mph.", "50", "How many miles per hour does he drive?", True),
+    ("She has 1.25 apples.", "1.25", "How many miles does she walk?", True),  # a noun, no unit of measure
+    ("It is 1.25 kilometers.", "1.25", None, True),  # no question to hold it against
+    ("It is 1.25 kilometers.", "1.25\\text{ km}", "How many miles does she walk?", True),  # the gold's own unit
+])
+def test_a_unit_of_measure_other_than_the_asked_one_is_wrong(completion, gold, problem, right):
+    assert answers_equivalent(extract_answer(completion), gold, problem) is right

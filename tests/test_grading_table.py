@@ -43,7 +43,9 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # boxes across sentences, an Instruction/Response run-on, "minus four", $55k, a reason after the
          # answer, bare LaTeX, P(...) = p, set-builder sets, "either ... or", choice letters, units after 12\pi,
          # "(that is, ...)", a Tip after the answer
-         "boxes-hedges-sets"}
+         "boxes-hedges-sets",
+         # a value in a unit of measure other than the one the question asks for (kilometers for miles)
+         "asked-unit"}
 
 
 def _rows() -> list[dict]:
@@ -154,7 +156,7 @@ def test_spelled_numbers(words, value):
     ("Answer: three units", "3"),
     ("So Janet makes eighteen dollars every day.", "\\$18"),
     ("The answer is one.", "1"),
-    ("So $\\alpha$ measures 145 degrees.", "145"),
+    ("So $\\alpha$ measures 145 degrees.", "145 degrees"),
     ("So the gcd is 12, and 12 + 11 = 23.\n\n**23**\n\n---\n*Note: generated in 0.42 seconds.*", "23"),
     ("There are $5 \\cdot 4 = 20$ ways.\n\nLet me know if you want 4 people (24 ways) too!", "20"),
     ("The answer is 32.\n\nUser: Billy sells 7 DVDs. How many?\n\nAssistant: The answer is 7.", "32"),

@@ -12,7 +12,9 @@ Both sides go through the same normalisation before anything compares them (:fun
    gold has none or the same one (``m`` = ``meters``); a different unit is a different answer
    (``5 m`` is not ``5\\text{ cm}``, ``\\$5.40`` is not ``5.4\\text{ cents}``); a single letter is
    never taken for a unit when the problem uses it as a variable (gold ``6m`` must not accept
-   ``6``), nor without the problem at hand;
+   ``6``), nor without the problem at hand; a value in a unit of measure other than the one the
+   problem's question asks for is wrong where the gold has no unit (``1.25 kilometers`` for "How
+   many miles ...?", :func:`core.grading.units.asked_unit`);
 3. a leading name (``m_{\\max}=``, ``x \\in``, ``N=``) is dropped from both sides; where both sides
    name an item the names must agree (``a=3, b=2`` is not ``a=2, b=3``); an equation answers a named
    gold when its sides differ by the gold's difference (``y - 1 = 2(x+1)`` is ``y = 2x + 3``); a function's gold
@@ -54,6 +56,7 @@ from .extract import _THOUSANDS_RUN, normalise_unicode
 from .forms import choice_letter, column_as_tuple, exact_forms, in_base
 from .intervals import as_union
 from .mv_worker import MathVerifyProcess
+from .units import MEASURES, SHORT_UNITS, asked_unit, unit_key
 
 __all__ = ["answers_equivalent", "canonical_answer", "grade", "Grade", "grading_stats", "problem_variables",
            "set_time_limit"]
@@ -91,17 +94,6 @@ _QUANTITY = (r"-?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:\s*\\[dt]?frac\s*\{?\d+\}?
              r"|-?\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?")
 _UNIT_WORD = r"[A-Za-z]+(?:\s*\^\s*\{?\d+\}?)?"
 _WITH_UNIT = re.compile(rf"^(?P<q>{_QUANTITY})\s*(?P<u>(?<![A-Za-z\\]){_UNIT_WORD}(?:\s*(?:/|\s|\\cdot)\s*{_UNIT_WORD})*)$")
-# Units of one or two letters; longer words (dollars, inches, apples) count as units anyway.
-_SHORT_UNITS = frozenset("""m cm mm km nm g kg mg s ms h hr hrs min ft in yd mi mph kph lb lbs oz l L ml mL
-    K V W J N Hz kW kJ cc pt qt gal ha ac""".split())
-# Names of the same unit, keyed by their symbol (the plural and case do not matter: see _unit_key).
-_UNIT_SYNONYMS = {name: symbol for symbol, names in {
-    "m": "meter metre", "cm": "centimeter centimetre", "mm": "millimeter millimetre", "km": "kilometer kilometre",
-    "g": "gram gramme", "kg": "kilogram kilo", "mg": "milligram", "s": "second sec secs",
-    "h": "hour hr hrs", "min": "minute mins", "ft": "foot feet", "in": "inch", "yd": "yard", "mi": "mile",
-    "l": "liter litre", "ml": "milliliter millilitre", "lb": "pound lbs", "oz": "ounce", "deg": "degree",
-    "cent": "cents", "dollar": "dollars",
-}.items() for name in [symbol, *names.split()]}
 # Letters that name constants, never units: the imaginary unit and Euler's number.
 _CONSTANTS = frozenset("ie")
 _IDENT = re.compile(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])")
@@ -296,60 +288,49 @@ def _split_unit(s: str) -> tuple[str, str | None]:
     return m.group("q").strip(), m.group("u").strip()
 
 
-def _unit_word(word: str) -> str:
-    """One unit word by its symbol (meters -> m, Feet -> ft), else lowercased without a plural ending."""
-    w = word.lower()
-    for candidate in (w, w[:-1] if w.endswith("s") else None, w[:-2] if w.endswith("es") else None):
-        if candidate in _UNIT_SYNONYMS:
-            return _UNIT_SYNONYMS[candidate]
-    if len(w) > 3 and w.endswith("s"):
-        return w[:-2] if re.search(r"(?:ch|sh|x|s|z)es$", w) else w[:-1]
-    return w
-
-
-def _unit_key(unit: str) -> str:
-    """Units compared without spaces, braces, case, plural endings or spelling (``cm^{2}`` = ``CM^2``,
-    inch = inches, m = meters = metre, square inches = inches^2, cubic feet = ft^3)."""
-    u = re.sub(r"\s*\^\s*", "^", re.sub(r"[{}]", "", unit))
-    # square inches = inches squared = inches^2, cubic feet = feet^3
-    u = re.sub(r"\b(?:square|sq\.?)\s+([A-Za-z]+)|\b([A-Za-z]+)\s+squared\b", lambda m: (m.group(1) or m.group(2)) + "^2",
-               u, flags=re.IGNORECASE)
-    u = re.sub(r"\bcubic\s+([A-Za-z]+)|\b([A-Za-z]+)\s+cubed\b", lambda m: (m.group(1) or m.group(2)) + "^3", u,
-               flags=re.IGNORECASE)
-    u = re.sub(r"[A-Za-z]+", lambda m: _unit_word(m.group(0)), u.replace("\\cdot", "*"))
-    return re.sub(r"\s+", "", u)
-
-
 def _droppable(unit: str, variables: frozenset[str] | None) -> bool:
     """Whether ``unit`` may be dropped: a unit word, not a variable of the problem (see module docstring)."""
     letters = re.sub(r"\^\s*\{?\d+\}?|[\s/{}]|\\cdot", "", unit)
     if len(letters) == 1:
         # one letter: only a known unit letter, only with the problem at hand, and not its variable
-        return (variables is not None and letters in _SHORT_UNITS and letters not in _CONSTANTS
+        return (variables is not None and letters in SHORT_UNITS and letters not in _CONSTANTS
                 and letters not in variables)
     words = re.findall(r"[A-Za-z]+", unit)
     if variables is not None and all(len(w) <= 3 and set(w) <= variables for w in words):
         return False  # "2ab" with a and b variables of the problem is a product
-    return all(w in _SHORT_UNITS or len(w) >= 3 for w in words)
+    return all(w in SHORT_UNITS or len(w) >= 3 for w in words)
 
 
 def _drop_units(pred: str, gold: str, variables: frozenset[str] | None) -> tuple[str, str]:
     """Step 2 of the module docstring on one (pred, gold) pair of items."""
     pq, pu = _split_unit(pred)
     gq, gu = _split_unit(gold)
-    if gu is not None and pu is not None and _unit_key(pu) == _unit_key(gu) and \
+    if gu is not None and pu is not None and unit_key(pu) == unit_key(gu) and \
             not (variables and re.fullmatch(r"[A-Za-z]", gu) and gu in variables):
         return pq, gq  # the same unit on both sides, however spelt (5 m, 5 meters)
     if gu is not None:
         if not _droppable(gu, variables):
             return pred, gold
         gold = gq
-        if pu is not None and _unit_key(pu) == _unit_key(gu):
+        if pu is not None and unit_key(pu) == unit_key(gu):
             pred = pq
         return pred, gold
     if pu is not None and _droppable(pu, variables):
         pred = pq
     return pred, gold
+
+
+def _other_unit(pred: str, gold: str, problem: str | None) -> bool:
+    """Whether ``pred`` is a value in a unit of measure other than the one the question asks for
+    (:func:`core.grading.units.asked_unit`), where the gold does not write that unit itself."""
+    asked = asked_unit(problem)
+    unit = _split_unit(pred)[1]
+    if asked is None or unit is None:
+        return False
+    key = unit_key(unit)
+    gold_unit = _split_unit(gold)[1]
+    base = key.split("^")[0]  # "25 feet" for square feet is a slip of the pen, not another quantity
+    return base in MEASURES and base != asked.split("^")[0] and (gold_unit is None or unit_key(gold_unit) != key)
 
 
 def _split_name(s: str) -> tuple[str | None, str]:
@@ -717,6 +698,8 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
         g_items, p_items = [g_union] if g_union else g_items, [p_union] if p_union else p_items
         if len(g_items) != len(p_items):
             return Grade(False, reading, timed_out)
+        if len(p_items) == 1 and _other_unit(p_items[0], g_items[0], problem):
+            return Grade(False, reading, timed_out)  # 1.25 kilometers answers no "How many miles ...?"
         # items the gold names (a=2, b=3) are taken in order by an answer that names none (2, 3)
         gold_names = [_split_name(g)[0] for g in g_items]
         in_order = (len(g_items) > 1 and all(gold_names) and len(set(gold_names)) == len(gold_names)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from .number_words import digits_for_words, spelled_number
+from .units import measure_after
 
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
            "extract_answer", "closing_answer", "normalise_unicode"]
@@ -524,7 +525,7 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
         other = _OTHER_VALUE.search(sentence)
         if other:  # "104 hours (possibly 44)": two answers
             return f"{expr}, {other.group(1)}", _EXPRESSION
-        return _with_dollar(_with_half_day(expr, sentence), sentence.strip(), 0), _EXPRESSION
+        return _with_unit(_with_half_day(expr, sentence), sentence.strip(), 0), _EXPRESSION
     # prose first ("approximately 18 dollars"): the first expression that starts with a number after
     # the sentence's verb ("The 50th term is 2"), never an ordinal
     verbs = [m for m in _outside_math(sentence, _STATES) if m.group(0) != "="]
@@ -533,19 +534,23 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     for num in re.finditer(r"(?<![A-Za-z0-9_.])[-−]?\d+(?!\d|st\b|nd\b|rd\b|th\b)", sentence):
         expr = leading_expression(sentence[num.start():])
         if expr is not None:
-            return _with_dollar(expr, sentence, num.start()), _LATER_EXPRESSION
+            return _with_unit(expr, sentence, num.start()), _LATER_EXPRESSION
     # a word answer in quotes or emphasis: "even", *Evelyn*
     return sentence.rstrip(".").strip().strip("\"'“”‘’*_").strip() or None, _WORDS
 
 
-def _with_dollar(expr: str, text: str, start: int) -> str:
-    """An amount keeps the dollar sign written before it or the word after it (``$2.70``, ``2.7 dollars``):
-    the grader tells dollars from cents."""
-    after = re.match(r"[ \t*_]*(dollars?|cents?)\b", text[start + len(expr):], re.IGNORECASE) \
-        if text[start:start + len(expr)] == expr else None
+def _with_unit(expr: str, text: str, start: int) -> str:
+    """A number keeps its unit of measure (``1.25 kilometers``, :func:`core.grading.units.measure_after`),
+    and an amount the dollar sign written before it or the word after it (``$2.70``, ``2.7 dollars``):
+    the grader tells dollars from cents, and kilometers from the miles a question asks for."""
+    written = text[start:start + len(expr)] == expr
+    after = re.match(r"[ \t*_]*(dollars?|cents?)\b", text[start + len(expr):], re.IGNORECASE) if written else None
     if expr[:1].isdigit() and (text[:start].endswith("$") or (after and after.group(1).lower().startswith("d"))):
         return "\\$" + expr
-    return expr + " cents" if after and expr[:1].isdigit() else expr
+    if after and expr[:1].isdigit():
+        return expr + " cents"
+    unit = measure_after(text[start + len(expr):]) if written and re.fullmatch(r"-?[\d.,]+", expr) else None
+    return f"{expr} {unit}" if unit else expr
 
 
 def _with_half_day(expr: str, sentence: str) -> str:
@@ -602,7 +607,8 @@ def extract_answer(text: str) -> str | None:
          a number keeps the unit written after it (``$5$ m`` -> ``5 m``);
        * X in prose: the expression the sentence starts with (:func:`leading_expression`), a list
          or tuple kept whole (``1, 3, 5``, ``(2,4)``), thousands separators dropped (``1,000`` ->
-         ``1000``), a unit dropped (``25 cm^2`` -> ``25``); after an ``=``, the value after the
+         ``1000``), a unit dropped (``25 cm^2`` -> ``25``) unless it is a unit of measure written out
+         (``1.25 kilometers``); after an ``=``, the value after the
          last one; prose before the first number skipped ("approximately 18 dollars" -> ``18``);
          plain words when there is no number ("yes").
 
@@ -617,7 +623,9 @@ def extract_answer(text: str) -> str | None:
     (``$1.45 million``, ``7 degrees below zero``, ``all real numbers greater than 2``); a choice
     letter drops its option's text; "the correct answer is X" states X; an amount keeps its currency
     (``$2.70``, ``2.7 dollars`` -> ``\\$2.7``: dollars are not cents); a model's end-of-text token
-    (``<|endoftext|>``) ends the solution.
+    (``<|endoftext|>``) ends the solution. A bare number keeps the unit of measure written after it
+    where the solution last writes it (``75`` from "= 75, so he needs 75 seconds more" is ``75
+    seconds``; :mod:`core.grading.units`), so that the grader can hold it against the question's unit.
 
     Args:
         text: A reference solution or model generation.
@@ -628,7 +636,24 @@ def extract_answer(text: str) -> str | None:
     Raises:
         Nothing.
     """
-    return _in_digits(_extract(text))
+    ans, solution = _extract(text)
+    return _with_stated_unit(_in_digits(ans), solution)
+
+
+def _with_stated_unit(ans: str | None, solution: str) -> str | None:
+    """A bare number keeps the unit of measure written after it where the solution last writes it
+    ("120 - 45 = 75, so he needs **75 seconds** more." -> ``75 seconds``; "$\\boxed{6}$ weeks" ->
+    ``6 weeks``): the grader holds a unit other than the question's against it."""
+    if not ans or not re.fullmatch(r"-?\d+(?:\.\d+)?", ans):
+        return ans
+    last = None
+    for last in re.finditer(r"(?<![\d.,])" + re.escape(ans) + r"(?![\d]|\.\d)", drop_thousands_separators(solution)):
+        pass
+    if last is None:
+        return ans
+    rest = last.string[last.end():]
+    unit = measure_after(re.sub(r"^(?:[ \t*_$]|\\\)|\}|\\text\{\s*)*", " ", rest))
+    return f"{ans} {unit}" if unit else ans
 
 
 # what may follow a number spelled in words and still be its answer: "three units", "eighteen dollars"
@@ -652,9 +677,10 @@ def _in_digits(ans: str | None) -> str | None:
     return ans
 
 
-def _extract(text: str) -> str | None:
+def _extract(text: str) -> tuple[str | None, str]:
+    """``(answer, the solution it was read from)``: see :func:`extract_answer`."""
     if not text:
-        return None
+        return None, ""
     text = _LATEX_THOUSANDS.sub(",", normalise_unicode(text))
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
     text = _in_plain_numbers(text)
@@ -671,18 +697,18 @@ def _extract(text: str) -> str | None:
                 break
             ans, how = _phrase_answer(text[m.end():])
             if ans and how in (_MATH, _EXPRESSION):
-                return ans
+                return ans, text
     if boxed:
-        return boxed
+        return boxed, text
     if hashed:
-        return hashed
+        return hashed, text
     for m in reversed(statements):
         if _doubted(text[m.end():]):
             continue  # "## Final Answer\n$720 - 576 = 144$? Recounting gives ...": the model doubts it
         ans, _ = _phrase_answer(text[m.end():])
         if ans:
-            return ans
-    return closing_answer(text)
+            return ans, text
+    return closing_answer(text), text
 
 
 # A conclusion's verb or sign, after which its answer comes: "Therefore, the area is 12", "so x = 4"
@@ -948,5 +974,5 @@ def closing_answer(text: str) -> str | None:
         for num in re.finditer(r"(?<![A-Za-z0-9_.])[-−]?\d", clause):
             expr = leading_expression(clause[num.start():])
             if expr is not None:
-                return _with_dollar(_with_half_day(expr, clause[num.start():]), clause, num.start())
+                return _with_unit(_with_half_day(expr, clause[num.start():]), clause, num.start())
     return None

@@ -3,7 +3,8 @@
 math-verify compares one inequality with an interval gold (``x \\ge 2`` is ``[2,\\infty)``); an answer
 written as several inequalities joined by "or" (``x<2`` or ``x>3``) is the union of their intervals,
 which is written out here so that math-verify compares it with a union gold
-(``(-\\infty, 2) \\cup (3, \\infty)``).
+(``(-\\infty, 2) \\cup (3, \\infty)``). A range with points left out (``0<x<36, x \\ne 9``) is the
+union of its pieces (``(0,9) \\cup (9,36)``).
 """
 
 from __future__ import annotations
@@ -53,12 +54,47 @@ def _interval_of(item: str) -> tuple[str, str] | None:
     return var, lower(rel, bound) + ",\\infty)"
 
 
+_EXCEPT = re.compile(r"^\s*([A-Za-z])\s*(?:\\neq?(?![A-Za-z])|!=)\s*(-?\d+(?:\.\d+)?)\s*$")
+
+
+def _bound_value(bound: str) -> float | None:
+    """A bound's value: a plain number or (minus) infinity; None for any other bound."""
+    b = bound.strip("[]() ")
+    if b in ("\\infty", "+\\infty", "-\\infty"):
+        return float("-inf") if b.startswith("-") else float("inf")
+    try:
+        return float(b)
+    except ValueError:
+        return None
+
+
+def _without_points(interval: str, points: list[str]) -> str | None:
+    """``(0,36)`` without the points ``["9"]`` -> ``(0,9) \\cup (9,36)``; None when a bound is not a plain
+    number or a point does not lie inside the interval."""
+    left, right = interval.split(",")
+    low, high = _bound_value(left), _bound_value(right)
+    values = sorted({float(p): p for p in points}.items())
+    if low is None or high is None or not all(low < v < high for v, _ in values):
+        return None
+    pieces, start = [], left
+    for _, point in values:
+        pieces.append(f"{start},{point})")
+        start = f"({point}"
+    return " \\cup ".join([*pieces, f"{start},{right}"])
+
+
 def as_union(items: list[str]) -> str | None:
     """Inequalities in one variable joined by "or" (or listed) as the union of their intervals:
     ``x<2, x>3`` -> ``(-\\infty,2) \\cup (3,\\infty)``; None unless every item is such an inequality."""
     if len(items) == 1:
         items = re.split(r"\s+or\s+|\s*\\(?:lor|vee)\s*", items[0])
     if len(items) < 2:
+        return None
+    excepted = [_EXCEPT.match(item) for item in items[1:]]
+    if all(excepted):  # 0<x<36, x \\ne 9: the range without its points
+        first = _interval_of(items[0])
+        if first and all(m.group(1) == first[0] for m in excepted):
+            return _without_points(first[1], [m.group(2) for m in excepted])
         return None
     intervals = [_interval_of(item) for item in items]
     if not all(intervals) or len({var for var, _ in intervals}) != 1:

@@ -1,0 +1,118 @@
+"""Units of measure: how an answer's unit is spelt, and which unit a problem's question asks for.
+
+An answer may carry a unit (``5 m``, ``1.25 kilometers``, ``864 inches^2``). The grader drops it when
+the gold has none, but a unit of measure other than the one the question asks for is another
+quantity: "How many miles did she walk?" is not answered by ``1.25 kilometers`` even when the gold
+is ``1.25``. :func:`asked_unit` reads the unit a question names ("How many miles", "in dollars",
+"(in cm)"), :func:`unit_key` spells units alike (``meters`` = ``m`` = ``metre``), and
+:data:`MEASURES` holds the units of measure (length, time, mass, volume, money, angle) that may be
+compared at all; any other word after a number (``apples``, ``units``) is a count's noun and is never
+held against an answer.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MEASURES", "SHORT_UNITS", "asked_unit", "measure_after", "unit_key", "unit_word"]
+
+# Units of one or two letters; longer words (dollars, inches, apples) count as units anyway.
+SHORT_UNITS = frozenset("""m cm mm km nm g kg mg s ms h hr hrs min ft in yd mi mph kph lb lbs oz l L ml mL
+    K V W J N Hz kW kJ cc pt qt gal ha ac""".split())
+# Names of the same unit, keyed by their symbol (the plural and case do not matter: see unit_key).
+_SYNONYMS = {name: symbol for symbol, names in {
+    "m": "meter metre", "cm": "centimeter centimetre", "mm": "millimeter millimetre", "km": "kilometer kilometre",
+    "g": "gram gramme", "kg": "kilogram kilo", "mg": "milligram", "s": "second sec secs",
+    "h": "hour hr hrs", "min": "minute mins", "ft": "foot feet", "in": "inch", "yd": "yard", "mi": "mile",
+    "l": "liter litre", "ml": "milliliter millilitre", "lb": "pound lbs", "oz": "ounce", "deg": "degree",
+    "cent": "cents", "dollar": "dollars", "day": "days", "week": "weeks", "month": "months", "year": "years",
+    "gal": "gallon", "ton": "tons tonne tonnes", "cup": "cups", "qt": "quart", "pt": "pint", "rad": "radian",
+}.items() for name in [symbol, *names.split()]}
+# Units of measure by their symbol (unit_word's result): a value in one of them is not the same
+# value in another.
+MEASURES = frozenset("""m cm mm km ft in yd mi s min h day week month year g kg mg lb oz ton l ml gal qt pt cup
+    cent dollar deg rad""".split())
+# Unit words that are also common English words or letters, never read as a unit in prose ("in total").
+_AMBIGUOUS = frozenset("in m s h g l pt min".split())
+
+
+def unit_word(word: str) -> str:
+    """One unit word by its symbol (meters -> m, Feet -> ft), else lowercased without a plural ending."""
+    w = word.lower()
+    for candidate in (w, w[:-1] if w.endswith("s") else None, w[:-2] if w.endswith("es") else None):
+        if candidate in _SYNONYMS:
+            return _SYNONYMS[candidate]
+    if len(w) > 3 and w.endswith("s"):
+        return w[:-2] if re.search(r"(?:ch|sh|x|s|z)es$", w) else w[:-1]
+    return w
+
+
+def unit_key(unit: str) -> str:
+    """Units compared without spaces, braces, case, plural endings or spelling (``cm^{2}`` = ``CM^2``,
+    inch = inches, m = meters = metre, square inches = inches^2, cubic feet = ft^3)."""
+    u = re.sub(r"\s*\^\s*", "^", re.sub(r"[{}]", "", unit))
+    # square inches = inches squared = inches^2, cubic feet = feet^3
+    u = re.sub(r"\b(?:square|sq\.?)\s+([A-Za-z]+)|\b([A-Za-z]+)\s+squared\b", lambda m: (m.group(1) or m.group(2)) + "^2",
+               u, flags=re.IGNORECASE)
+    u = re.sub(r"\bcubic\s+([A-Za-z]+)|\b([A-Za-z]+)\s+cubed\b", lambda m: (m.group(1) or m.group(2)) + "^3", u,
+               flags=re.IGNORECASE)
+    u = re.sub(r"[A-Za-z]+", lambda m: unit_word(m.group(0)), u.replace("\\cdot", "*"))
+    return re.sub(r"\s+", "", u)
+
+
+# one unit of measure written out, perhaps square or cubic: "miles", "square feet", "cm", "cubic inches"
+_MEASURE_WORDS = r"(?:(?:square|sq\.?|cubic)[ \t]+)?[A-Za-z]+"
+# what makes a unit compound, so not one unit of measure: "miles per hour", "feet/second", "km an hour"
+_COMPOUND = re.compile(r"[ \t]*(?:/|per\b|an?[ \t]+(?:hour|minute|second|day|week|month|year)\b)", re.IGNORECASE)
+
+
+def _measure(words: str) -> str | None:
+    """The key of ``words`` when they are one unit of measure written out, else None."""
+    if words.split()[-1] in _AMBIGUOUS:
+        return None
+    key = unit_key(words)
+    return key if key.split("^")[0] in MEASURES else None
+
+
+def measure_after(text: str) -> str | None:
+    """The unit of measure ``text`` starts with, as written (``" kilometers."`` -> ``"kilometers"``), when
+    it is one unit (not ``miles per hour``), else None; spaces before it are skipped."""
+    m = re.match(r"[ \t]*(" + _MEASURE_WORDS + r")(?![A-Za-z0-9^])", text)
+    if not m or _COMPOUND.match(text, m.end()) or not _measure(m.group(1)):
+        return None
+    return m.group(1)
+
+
+# where a question names the unit of its answer: "How many miles", "how much longer, in minutes,",
+# "(in cm)", "in square feet?"
+_ASKS = re.compile(r"\bhow[ \t]+(?:many|much)[ \t]+(?:more[ \t]+|fewer[ \t]+|less[ \t]+|total[ \t]+|extra[ \t]+)?"
+                   r"(" + _MEASURE_WORDS + r")(?![A-Za-z])|\bin[ \t]+(?:terms[ \t]+of[ \t]+)?(" + _MEASURE_WORDS +
+                   r")(?=[ \t]*[,.?)]|[ \t]*$)", re.IGNORECASE)
+# a second unit named beside the first: "How many feet and inches", "in hours or minutes"
+_ANOTHER = re.compile(r"[ \t]*(?:,[ \t]*(?:and|or)?|and|or)[ \t]+(" + _MEASURE_WORDS + r")(?![A-Za-z])", re.IGNORECASE)
+
+
+def asked_unit(problem: str | None) -> str | None:
+    """The key (:func:`unit_key`) of the one unit of measure the problem's question asks its answer in,
+    else None (no statement, no such unit, a compound unit such as miles per hour, or two units named).
+
+    The question is the last sentence that ends in ``?`` and what follows it ("Express your answer in
+    degrees."), else the statement's last sentence.
+    """
+    if not problem:
+        return None
+    sentences = [s for s in re.split(r"(?<=[.?!])\s+", problem.strip()) if s.strip()]
+    if not sentences:
+        return None
+    questions = [s for s in sentences if s.rstrip().endswith("?")]
+    question = " ".join(sentences[sentences.index(questions[-1]):]) if questions else sentences[-1]
+    keys = set()
+    for m in _ASKS.finditer(question):
+        words = m.group(1) or m.group(2)
+        another = _ANOTHER.match(question, m.end())
+        if _COMPOUND.match(question, m.end()) or (another and _measure(another.group(1))):
+            return None
+        key = _measure(words)
+        if key:
+            keys.add(key)
+    return keys.pop() if len(keys) == 1 else None
