@@ -51,12 +51,13 @@ import re
 import threading
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 from .extract import _THOUSANDS_RUN, normalise_unicode
-from .forms import choice_letter, column_as_tuple, exact_forms, in_base
+from .forms import choice_letter, column_as_tuple, exact_forms, in_base, option_value
 from .intervals import as_union
 from .mv_worker import MathVerifyProcess
-from .units import MEASURES, SHORT_UNITS, asked_unit, unit_key
+from .units import DIMENSIONS, MEASURES, SHORT_UNITS, asked_unit, compound_values, named_units, unit_key
 
 __all__ = ["answers_equivalent", "canonical_answer", "grade", "Grade", "grading_stats", "problem_variables",
            "set_time_limit"]
@@ -322,15 +323,37 @@ def _drop_units(pred: str, gold: str, variables: frozenset[str] | None) -> tuple
 
 def _other_unit(pred: str, gold: str, problem: str | None) -> bool:
     """Whether ``pred`` is a value in a unit of measure other than the one the question asks for
-    (:func:`core.grading.units.asked_unit`), where the gold does not write that unit itself."""
-    asked = asked_unit(problem)
+    (:func:`core.grading.units.asked_unit`), or, where it asks none, in a unit the problem never names
+    while it names another of the same dimension; never where the gold writes that unit itself."""
     unit = _split_unit(pred)[1]
-    if asked is None or unit is None:
+    if not problem or unit is None:
         return False
     key = unit_key(unit)
-    gold_unit = _split_unit(gold)[1]
     base = key.split("^")[0]  # "25 feet" for square feet is a slip of the pen, not another quantity
-    return base in MEASURES and base != asked.split("^")[0] and (gold_unit is None or unit_key(gold_unit) != key)
+    gold_unit = _split_unit(gold)[1]
+    if base not in MEASURES or (gold_unit is not None and unit_key(gold_unit) == key):
+        return False
+    asked = asked_unit(problem)
+    if asked is not None:
+        return base != asked.split("^")[0]
+    # no unit asked: one the problem never names, beside one of the same dimension it does ("4 seconds"
+    # where its rates are in feet per minute, "16 gallons" where it counts liters)
+    named = named_units(problem)
+    return base not in named and any(DIMENSIONS[u] == DIMENSIONS[base] for u in named)
+
+
+def _compound_matches(values: dict, gold: str, problem: str | None) -> bool:
+    """Whether a value written in two units (:func:`core.grading.units.compound_values`) is the gold: its
+    value in the gold's unit, else in the unit the question asks for, else in either of its units."""
+    quantity, unit = _split_unit(gold)
+    try:
+        target = Fraction(quantity.replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return False
+    asked = unit_key(unit) if unit is not None else asked_unit(problem)
+    if asked is not None:
+        return values.get(asked) == target
+    return target in values.values()
 
 
 def _split_name(s: str) -> tuple[str | None, str]:
@@ -588,8 +611,11 @@ class Grade:
 def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     """``(equivalent, timed_out)`` for one prepared item on each side."""
     pred, gold = _drop_units(pred, gold, variables)
-    if re.fullmatch(r"\([A-E]\)", gold.strip()) and choice_letter(pred):  # (C) Plane answers the choice (C)
-        return choice_letter(pred) == choice_letter(gold), False
+    if re.fullmatch(r"\([A-E]\)", gold.strip()):
+        if choice_letter(pred):  # (C) Plane answers the choice (C)
+            return choice_letter(pred) == choice_letter(gold), False
+    elif option_value(pred):  # "(B) 9" answers a gold 9 by its option's value
+        pred = option_value(pred)
     based = in_base(pred), in_base(gold)
     if None not in based:  # both name their base: 40_{10} is not 40_9
         return based[0] == based[1], False
@@ -692,6 +718,9 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
             return Grade(True, reading, timed_out)
         if problem and _restates(pred_s, problem):
             return Grade(False, reading, timed_out)  # "2 + 3" restates "What is 2 + 3?": no answer
+        compound = compound_values(pred_s)
+        if compound is not None:  # 2 hours 40 minutes: 160 (minutes) or 8/3 (hours)
+            return Grade(_compound_matches(compound, gold_s, problem), reading, timed_out)
         g_items, p_items = _items(gold_s), _items(pred_s)
         # inequalities joined by "or" are the union of their intervals: x<2 or x>3 = (-\infty,2) \cup (3,\infty)
         g_union, p_union = as_union(g_items), as_union(p_items)

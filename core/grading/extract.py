@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from .number_words import digits_for_words, spelled_number
+from .question import counted_noun, counts
 from .units import measure_after
 
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
@@ -381,7 +382,8 @@ def leading_expression(text: str) -> str | None:
             break
         spaced, ch = j > i, s[j]
         word = _WORD.match(s, j)
-        single_letter = word is not None and word.end() - j == 1
+        # one letter, not a word elided before another ("l'iPhone", "d'un": French prose)
+        single_letter = word is not None and word.end() - j == 1 and not re.match(r"['’][A-Za-z]", s[j + 1:j + 3])
         if expect_operand:
             number = _NUMBER.match(s, j)
             if number:
@@ -485,8 +487,10 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     lead = re.match(r"[\s:*_]*", rest)
     body = rest[lead.end():]
     choice = _CHOICE.match(body)
-    if choice:  # a choice letter, perhaps with its option's text: "(B) $3(1+r/10)^x=7$"
-        return f"({choice.group(1)})", _EXPRESSION
+    if choice:  # a choice letter, perhaps with its option's value: "(B) 9", "(B) $3(1+r/10)^x=7$"
+        option = re.match(r"[ \t]*(?:\$([^$\n]+)\$|(\S.*?))[ \t]*(?:[.*_]*[ \t]*$|[.*_]*\n|\.[ \t])", body[choice.end():])
+        value = option and (option.group(1) or leading_expression(option.group(2)))
+        return f"({choice.group(1)}) {value.strip()}" if value else f"({choice.group(1)})", _EXPRESSION
     segments = math_segments(body)
     if segments and segments[0][0] == 0:
         parts = [segments[0][2]]
@@ -509,6 +513,8 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     sentence = m.group(1).replace("**", "").strip()
     if not sentence:
         return None, _WORDS
+    if "\\" not in sentence:
+        sentence = digits_for_words(sentence)  # "she needs three more boxes", "a half"
     if math_segments(sentence) and _outside_math(sentence, _STATES):
         # a sentence under the label: "The measure of $\\alpha$ is $145^\\circ$." states its answer
         stated = closing_answer(sentence)
@@ -590,7 +596,7 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
     return text, m
 
 
-def extract_answer(text: str) -> str | None:
+def extract_answer(text: str, problem: str | None = None) -> str | None:
     """Extract the final answer from a solution.
 
     The text is normalised first (:func:`normalise_unicode`) and ends at its first GSM8K answer line
@@ -629,6 +635,9 @@ def extract_answer(text: str) -> str | None:
 
     Args:
         text: A reference solution or model generation.
+        problem: the problem statement, or None: where a closing sentence without an answer marker
+            holds several numbers, the one that counts what the question asks for ("How many eggs")
+            is the answer (:func:`closing_answer`).
 
     Returns:
         The answer string, or None if no source yields a non-empty answer.
@@ -636,7 +645,7 @@ def extract_answer(text: str) -> str | None:
     Raises:
         Nothing.
     """
-    ans, solution = _extract(text)
+    ans, solution = _extract(text, problem)
     return _with_stated_unit(_in_digits(ans), solution)
 
 
@@ -677,7 +686,7 @@ def _in_digits(ans: str | None) -> str | None:
     return ans
 
 
-def _extract(text: str) -> tuple[str | None, str]:
+def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     """``(answer, the solution it was read from)``: see :func:`extract_answer`."""
     if not text:
         return None, ""
@@ -708,7 +717,7 @@ def _extract(text: str) -> tuple[str | None, str]:
         ans, _ = _phrase_answer(text[m.end():])
         if ans:
             return ans, text
-    return closing_answer(text), text
+    return closing_answer(text, problem), text
 
 
 # A conclusion's verb or sign, after which its answer comes: "Therefore, the area is 12", "so x = 4"
@@ -889,7 +898,7 @@ def _statement(sentence: str) -> str:
     return plain[:reason.start()] if reason and re.search(r"\d", plain[:reason.start()]) else plain
 
 
-def closing_answer(text: str) -> str | None:
+def closing_answer(text: str, problem: str | None = None) -> str | None:
     """The answer a solution states in its last sentences when it has no answer marker (no box, no
     ``####``, no "the answer is", no ``Answer:`` line): "Therefore, $x = \\frac{9}{19}$.", "So she
     pays $36.00 in all.", "The line is $y = -2x$.".
@@ -908,16 +917,23 @@ def closing_answer(text: str) -> str | None:
     ", rather than 13") is cut off; a number as the subject of a verb with words after it is the
     answer ("30 units are unoccupied."); display math written over several lines is one sentence.
 
+    In that last case a premise clause before the comma goes ("Since each box holds 6 eggs, ..."), and
+    where the problem's question counts something ("How many eggs ...?",
+    :func:`core.grading.question.counted_noun`) the one number that counts it wins ("4 boxes hold 24
+    eggs" -> ``24``).
+
     Args:
         text: the solution, normalised and cut as :func:`extract_answer` does.
+        problem: the problem statement, or None.
 
     Returns:
         The answer string, or None when no such sentence holds math or a number.
     """
+    noun = counted_noun(problem)
     explained = list(_EXPLANATION.finditer(text))
     if explained and explained[-1].start() > 0 and text[:explained[-1].start()].strip():
         # the answer first, then its explanation: the answer is what came before the label
-        head = closing_answer(text[:explained[-1].start()])
+        head = closing_answer(text[:explained[-1].start()], problem)
         if head:
             return head
     sentences = [s for s in _sentences(_without_checks(text))
@@ -929,6 +945,11 @@ def closing_answer(text: str) -> str | None:
         if sentence.rstrip("*_ ").endswith("?"):
             continue
         plain = _statement(sentence)
+        conclusion = ([None] + _outside_math(plain, _CONCLUDES))[-1]
+        stated = _outside_math(plain, _STATES)
+        if conclusion and stated and stated[-1].end() <= conclusion.start() and \
+                re.search(r"\d", plain[conclusion.end():]):
+            plain = plain[conclusion.end():]  # "... gives 2 plus 1, so the robe takes 3 bolts": the conclusion
         hedge = _HEDGE.search(plain)
         if hedge:
             return f"{hedge.group(1)}, {hedge.group(2)}"  # "either $125 (jewelry) or $96": two answers, none
@@ -955,10 +976,14 @@ def closing_answer(text: str) -> str | None:
                 ans = None  # words before the math ("is all $y \le 0$"): the math alone, below
             elif ans and how == _MATH:
                 ans = _stated_value(ans)
+            head = re.sub(r"^(?:so|thus|therefore|hence|then)\b[\s,]*", "", plain[:states[-1].start()],
+                          flags=re.IGNORECASE)
+            subject = leading_expression(head)
             if ans and how in (_MATH, _EXPRESSION, _LATER_EXPRESSION):
+                if noun and how != _MATH and subject and re.match(r"-?\d", subject) and \
+                        counts(head[len(subject):], noun) and not counts(after[after.find(ans) + len(ans):], noun):
+                    return subject  # the subject counts what is asked: "490 daps equal 42 dips" -> 490
                 return ans
-            subject = leading_expression(re.sub(r"^(?:so|thus|therefore|hence|then)\b[\s,]*", "",
-                                                plain[:states[-1].start()], flags=re.IGNORECASE))
             if ans and how == _WORDS and subject and re.match(r"[-−]?\d", subject):
                 return subject  # the number is the subject: "30 units are unoccupied."
             if ans and how == _WORDS and sentence is sentences[-1] and \
@@ -971,8 +996,27 @@ def closing_answer(text: str) -> str | None:
         conclusions = list(_CONCLUDES.finditer(plain))
         clause = plain[conclusions[-1].end():] if conclusions and re.search(r"\d", plain[conclusions[-1].end():]) \
             else plain
+        intro = _INTRO_CLAUSE.match(clause)
+        if intro and re.search(r"\d", clause[intro.end():]):
+            clause = clause[intro.end():]  # "With 12 tickets at 4 a ride, she can go 3 times.": the main clause
+        found = []  # (start, expression, its span as written) of each expression in the clause, in order
         for num in re.finditer(r"(?<![A-Za-z0-9_.])[-−]?\d", clause):
+            if found and num.start() < found[-1][0] + found[-1][2] or re.search(r"\d,$", clause[:num.start()]):
+                continue  # within the last one ("8,000": its 000; "2 hours and 40 minutes": its 40)
             expr = leading_expression(clause[num.start():])
             if expr is not None:
-                return _with_unit(_with_half_day(expr, clause[num.start():]), clause, num.start())
+                found.append((num.start(), expr, len(_with_unit(expr, clause, num.start()))))
+        counted = [(start, expr) for start, expr, _ in found if noun and counts(clause[start + len(expr):], noun)]
+        if counted:  # the (last) number of what the question counts: "4 boxes hold 24 eggs" -> 24
+            start, expr = counted[-1]
+            return _with_unit(expr, clause, start)
+        if found:
+            start, expr, _ = found[0]
+            return _with_unit(_with_half_day(expr, clause[start:]), clause, start)
     return None
+
+
+# a clause that opens a sentence with its premise, before the comma: "Since each box holds 6 eggs, ..."
+_INTRO_CLAUSE = re.compile(r"^[\s*_]*(?:since|because|as|with|after|if|given|when|now that|once|using|at|in|for|by|over)\b"
+                           r"[^,;]*,[ \t]+",
+                           re.IGNORECASE)

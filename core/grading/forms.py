@@ -41,9 +41,15 @@ def _repeating_fraction(m: re.Match) -> str:
 
 
 def choice_letter(s: str) -> str | None:
-    """The letter of a multiple-choice answer: ``(C)``, ``C``, ``(C) Plane``; None for anything else."""
-    m = re.fullmatch(r"\(?([A-E])\)?(?:\s+[A-Za-z ]+)?", s.strip())
+    """The letter of a multiple-choice answer: ``(C)``, ``C``, ``(C) Plane``, ``(B) 9``; None for anything else."""
+    m = re.fullmatch(r"\(?([A-E])\)?(?:\s+[A-Za-z ]+|(?<=\))\s+\S.*)?", s.strip())
     return m.group(1) if m and (s.strip().startswith("(") or len(s.strip()) == 1) else None
+
+
+def option_value(s: str) -> str | None:
+    """The value a choice letter's option text gives (``(B) 9`` -> ``9``), else None."""
+    m = re.fullmatch(r"\(([A-E])\)\s+(.*\S)", s.strip())
+    return m.group(2) if m else None
 
 
 def in_base(s: str) -> int | None:

@@ -2,8 +2,10 @@
 "three units", "eighteen dollars".
 
 Only whole numbers from zero to the billions in the usual short scale, with hyphens or spaces
-between the words and an optional "and" after a hundred ("one hundred and five"); fractions and
-ordinals are left alone ("a half", "third": words a grader must not read as numbers).
+between the words and an optional "and" after a hundred ("one hundred and five"), and fractions
+with a numerator in words ("one-third", "two thirds", "three quarters", "a half") or a half after a
+whole number ("two and a half" -> ``2 1/2``); an ordinal alone is left alone ("the third day", "a
+quarter": words a grader must not read as numbers).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ _TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty sevent
 _SCALES = {"thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9}
 _WORDS = {*_ONES, *_TENS, "hundred", *_SCALES}
 # a run of number words (and the "and" / hyphens between them), as a whole word sequence
-NUMBER_RUN = re.compile(r"\b(?:%s)(?:(?:[ \t]+(?:and[ \t]+)?|-)(?:%s))*\b" % ("|".join(sorted(_WORDS, key=len)[::-1]),
-                                                                            "|".join(sorted(_WORDS, key=len)[::-1])),
-                        re.IGNORECASE)
+_ANY_WORD = "|".join(sorted(_WORDS, key=len)[::-1])
+_RUN = r"(?:%s)(?:(?:[ \t]+(?:and[ \t]+)?|-)(?:%s))*" % (_ANY_WORD, _ANY_WORD)
+NUMBER_RUN = re.compile(rf"\b{_RUN}\b", re.IGNORECASE)
 
 
 def spelled_number(text: str) -> int | None:
@@ -64,6 +66,29 @@ def spelled_number(text: str) -> int | None:
     return total + group
 
 
+_DENOMINATORS = {"half": 2, "halves": 2, "third": 3, "fourth": 4, "quarter": 4, "fifth": 5, "sixth": 6, "seventh": 7,
+                 "eighth": 8, "ninth": 9, "tenth": 10}
+_NUMERATOR = r"one|two|three|four|five|six|seven|eight|nine"
+# "one-third", "two thirds", "three quarters", "one half", "a half", "two and a half", "5 and a half"
+_FRACTION = re.compile(rf"\b(?:(?P<whole>\d+|{_RUN})[ \t]+and[ \t]+a[ \t]+half"
+                       rf"|(?P<num>{_NUMERATOR}|a(?=[ \t]+half))[ \t-]+(?P<den>halves|half|(?:third|fourth|quarter|fifth|"
+                       rf"sixth|seventh|eighth|ninth|tenth)s?))\b", re.IGNORECASE)
+
+
+def fraction(m: re.Match) -> str:
+    """One match of ``_FRACTION`` as digits: ``1/3``, ``2 1/2``; as written when the words are no fraction
+    ("one thirds" keeps its words, since one takes the singular)."""
+    if m.group("whole"):
+        whole = m.group("whole") if m.group("whole").isdigit() else spelled_number(m.group("whole"))
+        return m.group(0) if whole is None else f"{whole} 1/2"
+    num = 1 if m.group("num").lower() == "a" else spelled_number(m.group("num"))
+    den_word = m.group("den").lower()
+    plural = den_word.endswith("s") and den_word != "halves" or den_word == "halves"
+    if num is None or (num == 1) == plural:
+        return m.group(0)
+    return f"{num}/{_DENOMINATORS[den_word.rstrip('s') if den_word != 'halves' else 'halves']}"
+
+
 def digits_for_words(text: str) -> str:
     """``text`` with every run of number words that spells a number replaced by its digits
     ("makes eighteen dollars" -> "makes 18 dollars"); a lone "one" stays (it is a pronoun as often:
@@ -75,5 +100,6 @@ def digits_for_words(text: str) -> str:
             return m.group(0)
         return str(value)
 
+    text = _FRACTION.sub(fraction, text)
     text = NUMBER_RUN.sub(replace, text)
     return re.sub(r"\b(?:minus|negative)[ \t]+(?=\d)", "-", text, flags=re.IGNORECASE)  # "minus three" -> -3

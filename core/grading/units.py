@@ -13,8 +13,9 @@ held against an answer.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
-__all__ = ["MEASURES", "SHORT_UNITS", "asked_unit", "measure_after", "unit_key", "unit_word"]
+__all__ = ["DIMENSIONS", "MEASURES", "SHORT_UNITS", "asked_unit", "compound_values", "measure_after", "named_units", "unit_key", "unit_word"]
 
 # Units of one or two letters; longer words (dollars, inches, apples) count as units anyway.
 SHORT_UNITS = frozenset("""m cm mm km nm g kg mg s ms h hr hrs min ft in yd mi mph kph lb lbs oz l L ml mL
@@ -32,6 +33,13 @@ _SYNONYMS = {name: symbol for symbol, names in {
 # value in another.
 MEASURES = frozenset("""m cm mm km ft in yd mi s min h day week month year g kg mg lb oz ton l ml gal qt pt cup
     cent dollar deg rad""".split())
+# What each unit of measure measures: a unit the problem never names, where it names another of the same
+# dimension, is a different quantity from the problem's ("4 seconds" when the problem's rates are per minute).
+DIMENSIONS = {**dict.fromkeys("m cm mm km ft in yd mi".split(), "length"),
+              **dict.fromkeys("s min h day week month year".split(), "time"),
+              **dict.fromkeys("g kg mg lb oz ton".split(), "mass"),
+              **dict.fromkeys("l ml gal qt pt cup".split(), "volume"),
+              **dict.fromkeys("cent dollar".split(), "money"), **dict.fromkeys("deg rad".split(), "angle")}
 # Unit words that are also common English words or letters, never read as a unit in prose ("in total").
 _AMBIGUOUS = frozenset("in m s h g l pt min".split())
 
@@ -80,7 +88,37 @@ def measure_after(text: str) -> str | None:
     m = re.match(r"[ \t]*(" + _MEASURE_WORDS + r")(?![A-Za-z0-9^])", text)
     if not m or _COMPOUND.match(text, m.end()) or not _measure(m.group(1)):
         return None
+    smaller = re.match(r"[ \t,]+(?:and[ \t]+)?(\d+(?:\.\d+)?)[ \t]*([A-Za-z]+)(?![A-Za-z0-9^])", text[m.end():])
+    if smaller and _in_base(f"1 {smaller.group(2)}") and _in_base(f"1 {m.group(1)}") and \
+            _in_base(f"1 {smaller.group(2)}")[1] == _in_base(f"1 {m.group(1)}")[1]:
+        return m.group(1) + smaller.group(0)  # "2 hours 40 minutes", "5 feet 3 inches": one quantity
     return m.group(1)
+
+
+# each unit as a multiple of its dimension's base unit, where one value may be written in two units
+_FACTORS = {"s": (1, "s"), "min": (60, "s"), "h": (3600, "s"), "day": (86400, "s"), "week": (604800, "s"),
+            "in": (1, "in"), "ft": (12, "in"), "yd": (36, "in"), "mi": (63360, "in"),
+            "mm": (Fraction(1, 1000), "m"), "cm": (Fraction(1, 100), "m"), "m": (1, "m"), "km": (1000, "m"),
+            "oz": (1, "oz"), "lb": (16, "oz"), "mg": (Fraction(1, 1000), "g"), "g": (1, "g"), "kg": (1000, "g")}
+
+
+def _in_base(quantity: str) -> tuple[Fraction, str] | None:
+    """``(value in the base unit, base unit)`` for ``"40 minutes"`` -> ``(2400, "s")``, else None."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*", quantity)
+    factor = m and _FACTORS.get(unit_word(m.group(2)))
+    return (Fraction(m.group(1)) * factor[0], factor[1]) if factor else None
+
+
+def compound_values(answer: str) -> dict[str, Fraction] | None:
+    """A value written in two units of one dimension, as the value in each of them: ``2 hours 40
+    minutes`` -> ``{"h": 8/3, "min": 160}``; None for any other answer."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?\s*[A-Za-z]+)[\s,]+(?:and\s+)?(\d+(?:\.\d+)?\s*[A-Za-z]+)\s*", answer)
+    parts = m and [_in_base(m.group(1)), _in_base(m.group(2))]
+    if not parts or None in parts or parts[0][1] != parts[1][1]:
+        return None
+    total = parts[0][0] + parts[1][0]
+    units = [unit_word(re.search(r"[A-Za-z]+", m.group(k)).group(0)) for k in (1, 2)]
+    return {u: total / _FACTORS[u][0] for u in units}
 
 
 # where a question names the unit of its answer: "How many miles", "how much longer, in minutes,",
@@ -116,3 +154,14 @@ def asked_unit(problem: str | None) -> str | None:
         if key:
             keys.add(key)
     return keys.pop() if len(keys) == 1 else None
+
+
+def named_units(problem: str | None) -> frozenset[str]:
+    """The units of measure a problem statement names anywhere, by symbol (``{"mi", "ft", "min"}`` for
+    "3 miles ... 440 feet per minute"); a ``$`` before a number names dollars. Empty without a statement."""
+    if not problem:
+        return frozenset()
+    found = {unit_word(w).split("^")[0] for w in re.findall(r"[A-Za-z]+", problem) if w not in _AMBIGUOUS}
+    if re.search(r"\\?\$\s*\d", problem):
+        found.add("dollar")
+    return frozenset(found & MEASURES)

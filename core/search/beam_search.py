@@ -483,7 +483,7 @@ class BeamSearch:
         text = "".join(n.text for n in path)
         return {
             "text": text,
-            "answer": extract_answer(text),
+            "answer": extract_answer(text, self.tree.problem),
             "step_scores": [round(s, 6) for s in node.scores],
             "path_score": round(node.path_score, 6),
             "end_reason": node.end_reason.value,
