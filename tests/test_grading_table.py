@@ -50,7 +50,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "counted-noun",
          # a choice letter whose option gives the value; a conclusion after the last "gives", French elision;
          # a value in two units (2 hours 40 minutes), a unit the problem never names beside one it does
-         "choice-values", "conclusions", "two-units"}
+         "choice-values", "conclusions", "two-units",
+         # bold closing the last sentence, premise clauses within a sentence or after a ";", a unit after a root,
+         # display math continued in lower case, "either X or words", "the first two terms" of a cut-off path
+         "clauses-bold"}
 
 
 def _rows() -> list[dict]:

@@ -91,8 +91,8 @@ _TRAILING = " \t\n.,;:!"
 _LHS_NAME = re.compile(
     r"^\s*(?P<name>(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*(?:\((?=[^()=]*[\s\\,])[^()=]*\))?)"
     r"\s*(?:=|\\in(?![A-Za-z]))\s*(?P<rhs>[^=]+)$")
-_QUANTITY = (r"-?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:\s*\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?|\s*\\pi(?![A-Za-z]))?"
-             r"|-?\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?")
+_QUANTITY = (r"-?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:\s*\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?|\s*\\pi(?![A-Za-z])"
+             r"|\s*\\sqrt\s*\{\d+\})?|-?\\[dt]?frac\s*\{?\d+\}?\s*\{?\d+\}?|-?\\sqrt\s*\{\d+\}")
 _UNIT_WORD = r"[A-Za-z]+(?:\s*\^\s*\{?\d+\}?)?"
 _WITH_UNIT = re.compile(rf"^(?P<q>{_QUANTITY})\s*(?P<u>(?<![A-Za-z\\]){_UNIT_WORD}(?:\s*(?:/|\s|\\cdot)\s*{_UNIT_WORD})*)$")
 # Letters that name constants, never units: the imaginary unit and Euler's number.

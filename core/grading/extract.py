@@ -515,6 +515,10 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
         return None, _WORDS
     if "\\" not in sentence:
         sentence = digits_for_words(sentence)  # "she needs three more boxes", "a half"
+    either = re.match(r"either[ \t]+(.+?)[ \t]+or[ \t]+(.+?)(?:[ \t]+(?:depending|if|when)\b|[,;]|$)", sentence,
+                      re.IGNORECASE)
+    if either:  # "either 98 or \"not possible\"": a hedge between two answers names no single one
+        return f"{either.group(1).strip()}, {either.group(2).strip()}", _EXPRESSION
     if math_segments(sentence) and _outside_math(sentence, _STATES):
         # a sentence under the label: "The measure of $\\alpha$ is $145^\\circ$." states its answer
         stated = closing_answer(sentence)
@@ -774,6 +778,31 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=[A-Z*$\\(])")
 _DISPLAY_BLOCK = re.compile(r"\\\[(?:(?!\\\]).)*?\n(?:(?!\\\]).)*?\\\]|\$\$[^$]*?\n[^$]*?\$\$", re.S)
 
 
+_DISPLAY_LINE = re.compile(r"^\s*(?:\$\$.*\$\$|\\\[.*\\\])\s*$")
+
+
+def _display_lines_joined(lines: list[str]) -> list[str]:
+    """Lines with a display-math line joined to the sentence it belongs to: the line before when that
+    line runs on into it ("So the quotient is" / ``$$x^5 - 1,$$``), the line after when it goes on in
+    lower case ("with remainder $-2$.")."""
+    out: list[str] = []
+    joining = False  # the last line out ends in a display that a lower-case line may continue
+    for line in lines:
+        if _DISPLAY_LINE.match(line):
+            if out and out[-1].strip() and not re.search(r"[.!?:]\s*$", out[-1]):
+                out[-1] = out[-1].rstrip() + " " + line.strip()
+            else:
+                out.append(line)
+            joining = True
+        elif joining and re.match(r"\s*[a-z]", line):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+            joining = False
+        else:
+            out.append(line)
+            joining = False
+    return out
+
+
 def _sentences(text: str) -> list[str]:
     """The sentences of ``text``: its lines, each split after ``.``/``!``/``?``, never inside math (a
     decimal point or a ``.`` in LaTeX stays). Lines first, since a dollar sign written as currency
@@ -781,7 +810,7 @@ def _sentences(text: str) -> list[str]:
     out = []
     # display math written over several lines (\\[ on its own line, the formula, \\]) is one sentence
     text = _DISPLAY_BLOCK.sub(lambda m: " ".join(m.group(0).split()), text)
-    for line in text.splitlines():
+    for line in _display_lines_joined(text.splitlines()):
         spans = [(a, b) for a, b, _ in math_segments(line)]
         start = 0
         for cut in _SENTENCE_END.finditer(line):
@@ -880,7 +909,7 @@ def _last_line_answer(last: str) -> str | None:
     LaTeX without ``$`` (``\\frac{5}{9}``), the name closing a "who has the most" solution."""
     if _BARE_ANSWER.match(last) and len(last.split()) <= 3 and last.strip("*_. ").lower() not in _NOT_ANSWERS:
         return last.strip("*_. ")
-    if "\\" in last and re.fullmatch(r"[\\\w{}^_+\-*/()\[\]., =<>|']+", last) \
+    if "\\" in last and not re.match(r"\s*(?:\\\[|\$\$)", last) and re.fullmatch(r"[\\\w{}^_+\-*/()\[\]., =<>|']+", last) \
             and not re.search(r"(?<!\\)\b[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", " ", last)):
         return last.rstrip(".").strip()
     winner = _WINNER.match(last)
@@ -896,6 +925,10 @@ def _statement(sentence: str) -> str:
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
     reason = _REASON.search(plain)
     return plain[:reason.start()] if reason and re.search(r"\d", plain[:reason.start()]) else plain
+
+
+# bold that closes a sentence (the answer a model marks): "she faces **east**.", "would cost **$18.90**."
+_BOLD_CLOSE = re.compile(r"(?<=\s)\*\*([^*\n]+?)\*\*[ \t]*[.!]?[ \t]*$")
 
 
 def closing_answer(text: str, problem: str | None = None) -> str | None:
@@ -941,10 +974,16 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     alone = _last_line_answer(sentences[-1]) if sentences else None
     if alone:
         return alone
+    bold = _BOLD_CLOSE.search(sentences[-1]) if sentences else None
+    if bold and not bold.group(1).rstrip().endswith(":") and len(bold.group(1).split()) <= 4:
+        # the last sentence ends in what it puts in bold: "she faces **east**.", "would cost **\$18.90**."
+        ans = _in_digits(_phrase_answer(bold.group(1))[0])
+        if ans:
+            return ans
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
-        plain = _statement(sentence)
+        plain = _statement(_main_clause(digits_for_words(sentence)))
         conclusion = ([None] + _outside_math(plain, _CONCLUDES))[-1]
         stated = _outside_math(plain, _STATES)
         if conclusion and stated and stated[-1].end() <= conclusion.start() and \
@@ -964,7 +1003,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             # ... unless the math after the statement is followed by an aside, with no new conclusion
             # ("measures $55^\\circ$, the complement of $35^\\circ$": the answer is 55)
             stated = [seg for seg in segments if states and seg[0] >= states[-1].end()]
-            aside = stated and re.match(r"\s*[,;(]\s*(?:the|a|an|which|i\.e\.|or)\b", plain[stated[0][1]:]) \
+            aside = stated and re.match(r"\s*(?:[,;(]\s*(?:the|a|an|which|i\.e\.|or)|,?\s*with)\b", plain[stated[0][1]:]) \
                 and not _CONCLUDES.search(plain, stated[0][1])
             ans = _math_answer(plain[:stated[0][1]] if aside else plain)
             if ans and not (_LONE_VARIABLE.fullmatch(ans) and re.search(r"\d", plain[segments[-1][1]:])):
@@ -1016,7 +1055,29 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     return None
 
 
-# a clause that opens a sentence with its premise, before the comma: "Since each box holds 6 eggs, ..."
-_INTRO_CLAUSE = re.compile(r"^[\s*_]*(?:since|because|as|with|after|if|given|when|now that|once|using|at|in|for|by|over)\b"
-                           r"[^,;]*,[ \t]+",
-                           re.IGNORECASE)
+# a clause that opens a sentence with its premise, before the comma: "Since each box holds 6 eggs, ...",
+# "Paying with a $10 bill, ..."
+_INTRO_CLAUSE = re.compile(r"^[\s*_]*(?:(?i:since|because|as|with|after|if|given|when|now that|once|using|at|in|for|by|"
+                           r"over)\b|(?i:[a-z]+ing)\b)[^,;]*,[ \t]+")
+# a premise clause within a sentence, before its conclusion: "..., and since the order covers 2 months, ..."
+_PREMISE = re.compile(r",[ \t]+(?:and[ \t]+)?(?:since|because|as)\b[^,;]*,[ \t]+", re.IGNORECASE)
+
+
+def _main_clause(plain: str) -> str:
+    """The part of a sentence that concludes, where the rest only leads up to it: after the last ``;``
+    ("ten packs cost $6.00; paying with a $10 bill, Carl gets $4 back"), after a premise clause at its
+    start or within it ("Since the board is cleaned 3 times per lesson, it is cleaned 24 times"); the
+    sentence itself when that part holds no number, or the cut would fall within math."""
+    def cut(at: int) -> bool:
+        return re.search(r"\d", plain[at:]) is not None and not any(a < at < b for a, b, _ in math_segments(plain))
+
+    semicolons = [m.end() for m in re.finditer(";", plain)]
+    if semicolons and cut(semicolons[-1]):
+        plain = plain[semicolons[-1]:]
+    intro = _INTRO_CLAUSE.match(plain)
+    if intro and cut(intro.end()):
+        plain = plain[intro.end():]
+    premises = [m.end() for m in _PREMISE.finditer(plain)]
+    if premises and cut(premises[-1]):
+        plain = plain[premises[-1]:]
+    return plain

@@ -92,12 +92,16 @@ def fraction(m: re.Match) -> str:
 def digits_for_words(text: str) -> str:
     """``text`` with every run of number words that spells a number replaced by its digits
     ("makes eighteen dollars" -> "makes 18 dollars"); a lone "one" stays (it is a pronoun as often:
-    "one of them", "the one") unless a word of quantity comes before it ("exactly one of them")."""
+    "one of them", "the one") unless a word of quantity comes before it ("exactly one of them"), and
+    so does a number that picks items out ("the first two terms", "the other three")."""
     def replace(m: re.Match) -> str:
         value = spelled_number(m.group(0))
-        counted = re.search(r"\b(?:exactly|only|just|precisely)\s+$", m.string[:m.start()], re.IGNORECASE)
+        before = m.string[:m.start()]
+        counted = re.search(r"\b(?:exactly|only|just|precisely)\s+$", before, re.IGNORECASE)
         if value is None or (m.group(0).lower() == "one" and not counted):
             return m.group(0)
+        if re.search(r"\b(?:first|last|next|other|top|previous)\s+$", before, re.IGNORECASE):
+            return m.group(0)  # "the first two terms" picks terms out; it counts no answer
         return str(value)
 
     text = _FRACTION.sub(fraction, text)
