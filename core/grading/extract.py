@@ -3,9 +3,11 @@
 Nothing here judges correctness; see :mod:`core.grading.equivalence` for that. An answer is taken
 whole: a list stays a list (``69, 84``), an expression stays an expression (``2^{1009}``,
 ``3x+2``), a tuple or interval keeps its brackets, a time or ratio keeps its colon (``7:30``). Only
-a quantity written in prose loses its unit (``25 cm^2`` -> ``25``); a number in ``$...$`` keeps the
-unit written after it (``$5$ m`` -> ``5 m``), and the grader decides about units, with the problem
-at hand.
+a quantity written in prose loses its unit (``25 cm^2`` -> ``25``), unless it is a unit of measure
+written out (``1.25 kilometers``, ``2 hours 40 minutes``); a number in ``$...$`` keeps the unit
+written after it (``$5$ m`` -> ``5 m``), and the grader decides about units, with the problem at
+hand. The problem, when given, also tells which of a closing sentence's numbers answers its
+question ("How many eggs ...?").
 """
 
 from __future__ import annotations
@@ -950,10 +952,13 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     ", rather than 13") is cut off; a number as the subject of a verb with words after it is the
     answer ("30 units are unoccupied."); display math written over several lines is one sentence.
 
-    In that last case a premise clause before the comma goes ("Since each box holds 6 eggs, ..."), and
-    where the problem's question counts something ("How many eggs ...?",
-    :func:`core.grading.question.counted_noun`) the one number that counts it wins ("4 boxes hold 24
-    eggs" -> ``24``).
+    A sentence is read from the part that concludes (:func:`_main_clause`: after a ``;`` or a premise
+    clause, "Since each box holds 6 eggs, ..."), and from its conclusion when a "so" / "thus" follows
+    its last verb ("gives 2 plus 1, so the robe takes 3 bolts"). Bold closing the last sentence is its
+    answer ("she faces **east**."). Where the problem's question counts something ("How many eggs
+    ...?", :func:`core.grading.question.counted_noun`), the last number that counts it is the answer
+    of a sentence without a verb that states one ("4 boxes hold 24 eggs" -> ``24``), and a subject
+    that counts it wins over the value its verb states ("490 daps equal 42 dips" -> ``490``).
 
     Args:
         text: the solution, normalised and cut as :func:`extract_answer` does.
@@ -1035,9 +1040,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         conclusions = list(_CONCLUDES.finditer(plain))
         clause = plain[conclusions[-1].end():] if conclusions and re.search(r"\d", plain[conclusions[-1].end():]) \
             else plain
-        intro = _INTRO_CLAUSE.match(clause)
-        if intro and re.search(r"\d", clause[intro.end():]):
-            clause = clause[intro.end():]  # "With 12 tickets at 4 a ride, she can go 3 times.": the main clause
+        clause = _main_clause(clause)  # "so, with 12 tickets at 4 a ride, she can go 3 times": its main clause
         found = []  # (start, expression, its span as written) of each expression in the clause, in order
         for num in re.finditer(r"(?<![A-Za-z0-9_.])[-−]?\d", clause):
             if found and num.start() < found[-1][0] + found[-1][2] or re.search(r"\d,$", clause[:num.start()]):
