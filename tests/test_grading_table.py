@@ -53,7 +53,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "choice-values", "conclusions", "two-units",
          # bold closing the last sentence, premise clauses within a sentence or after a ";", a unit after a root,
          # display math continued in lower case, "either X or words", "the first two terms" of a cut-off path
-         "clauses-bold"}
+         "clauses-bold",
+         # a bracket equation is no aside, "that's" / "works out to" state, "which is the answer" restates, "Reason:",
+         # a number the question gives, a retraction after the answer, Greek variables, a glossed word, a list's count
+         "retractions-givens"}
 
 
 def _rows() -> list[dict]:

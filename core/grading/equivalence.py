@@ -104,7 +104,9 @@ _COMMAND = re.compile(r"\\[A-Za-z]+")
 # Unicode math symbols as LaTeX (after normalise_unicode); √ takes one operand: √2, √x, √(x+1)
 _UNICODE_LATEX = {"−": "-", "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "±": "\\pm ", "∓": "\\mp ",
                   "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "∞": "\\infty ", "π": "\\pi ", "∈": "\\in ",
-                  "∪": "\\cup ", "∩": "\\cap ", "¢": " cents "}
+                  "∪": "\\cup ", "∩": "\\cap ", "¢": " cents ",
+                  **{ch: f"\\{name} " for ch, name in zip("αβγδεθλμρστφψω", "alpha beta gamma delta epsilon theta lambda "
+                                                          "mu rho sigma tau phi psi omega".split())}}
 _UNICODE_SQRT = re.compile(r"√\s*(?:\((?P<p>[^()]*)\)|\{(?P<b>[^{}]*)\}|(?P<t>\d+(?:\.\d+)?|[A-Za-z]|\\[A-Za-z]+))")
 # A top-level "and" or "or" between list items ("2 and 5", "1, 3, and 5", "1 \text{ and } 5" once unwrapped)
 _AND = re.compile(r"\s*,?\s+(?:and|or)\s+")
@@ -639,6 +641,9 @@ def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     if colons != (None, None):  # 7:30 is neither 7 nor 7/30
         return _same_colon_form(*colons), False
     if _is_prose(gold) or _is_prose(pred):  # words compare as words: East = east, an ellipse = ellipse
+        glossed = re.fullmatch(r"([^()]+?)\s*\(([A-Za-z][A-Za-z ]*)\)", pred.strip())
+        if glossed:  # a word answer with its translation: "Osten (east)"
+            return _words_key(gold) in (_words_key(glossed.group(1)), _words_key(glossed.group(2))), False
         return _words_key(pred) == _words_key(gold), False
     gold_ok, _, timed_out = _read(gold)
     if not gold_ok:  # prose, or a form math-verify reads only in part: the strings decided

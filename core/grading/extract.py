@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from .number_words import digits_for_words, spelled_number
-from .question import counted_noun, counts
-from .units import measure_after
+from .question import counted_noun, counts, question_of
+from .units import asked_unit, measure_after, unit_key
 
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
            "extract_answer", "closing_answer", "normalise_unicode"]
@@ -70,7 +70,7 @@ _NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\
 _WORD = re.compile(r"[A-Za-z]+")
 _OPERATORS = "+-*/^×÷·−<>≤≥≠±∓∪∩"
 _SIGNS = "-+−±∓"
-_SYMBOLS = "π∞"  # operands written as one character
+_SYMBOLS = "π∞αβγδεθλμρστφψω"  # operands written as one character: constants, Greek variables
 # "and" / "or" between two numbers of a list: "2 and 5", "1, 3, and 5", "24 or 32" (a hedge names both)
 _AND_ITEM = re.compile(r"(?:and|or)[ \t]+(?=[-+−]?(?:\\?\$)?\d)")
 # A unit after a number in math: a few words, then the end of the sentence ("$5$ m.", "$12$ square feet")
@@ -528,6 +528,9 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
             return stated, _MATH
     if "\\" in sentence:  # LaTeX without $: take it whole
         return sentence.rstrip(".").strip() or None, _MATH
+    roots = _values_of_one_name(sentence)
+    if roots:  # "x = 2 and x = 7": both values
+        return roots, _EXPRESSION
     if "=" in sentence and not _is_equation(sentence):  # "2 * 1 = 2 bolts": the value is after the last "="
         sentence = sentence.rsplit("=", 1)[1].strip()
     elif "=" in sentence:  # an equation is the answer whole: "the plane is 5x-7y+11z+4=0."
@@ -549,6 +552,15 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
             return _with_unit(expr, sentence, num.start()), _LATER_EXPRESSION
     # a word answer in quotes or emphasis: "even", *Evelyn*
     return sentence.rstrip(".").strip().strip("\"'“”‘’*_").strip() or None, _WORDS
+
+
+def _values_of_one_name(sentence: str) -> str | None:
+    """``"2, 7"`` for "x = 2 and x = 7" (values of one name joined by "," / "and" / "or"), else None."""
+    parts = re.split(r"[ \t]*(?:,[ \t]*(?:and|or)?|\band\b|\bor\b)[ \t]*", sentence.rstrip(". "))
+    named = [re.fullmatch(r"[ \t]*([A-Za-z])[ \t]*=[ \t]*(-?[\d.]+(?:/\d+)?)[ \t]*", p) for p in parts]
+    if len(parts) < 2 or not all(named) or len({m.group(1) for m in named}) != 1:
+        return None
+    return ", ".join(m.group(2) for m in named)
 
 
 def _with_unit(expr: str, text: str, start: int) -> str:
@@ -714,7 +726,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
             if ans and how in (_MATH, _EXPRESSION):
                 return ans, text
     if boxed:
-        return boxed, text
+        return _retracted(text, boxes[-1].end, problem) or boxed, text
     if hashed:
         return hashed, text
     for m in reversed(statements):
@@ -722,8 +734,33 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
             continue  # "## Final Answer\n$720 - 576 = 144$? Recounting gives ...": the model doubts it
         ans, _ = _phrase_answer(text[m.end():])
         if ans:
-            return ans, text
+            return _retracted(text, m.end(), problem) or ans, text
     return closing_answer(text, problem), text
+
+
+# a model taking back what it just stated: "\boxed{10}... wait, that's the discounts", "Wait, I should check"
+_RETRACTION = re.compile(r"(?:^|(?<=[\s.!?)}$]))(?:wait|actually|hmm+|hold on|oops|on second thought)\b[,.!:]?",
+                         re.IGNORECASE)
+
+
+def _retracted(text: str, end: int, problem: str | None) -> str | None:
+    """The answer a solution concludes with after taking back the one stated before ``end`` (a box, an
+    "answer is" phrase), else None: after "wait" / "actually" / "hmm", the answer of its last sentences
+    (:func:`closing_answer`) when the retraction comes right after the stated answer ("\\boxed{10}...
+    wait") or its last sentence is a conclusion ("So the only solution is $x = 5$.")."""
+    cue = _RETRACTION.search(text, end)
+    if not cue:
+        return None
+    rest = text[cue.start():]
+    sentences = [s for s in _sentences(rest) if s.strip()]
+    # the end of the stated answer's own sentence: the retraction follows it at once
+    at_once = re.fullmatch(r"[\s.,;:!)}$\\]*", text[end:cue.start()]) is not None
+    concludes = bool(sentences) and re.match(r"[\s*_]*(?:so|thus|therefore|hence|the (?:only|final|correct))\b",
+                                              sentences[-1], re.IGNORECASE)
+    if not (at_once or concludes) or len(sentences) < 2:
+        return None
+    later = closing_answer(rest, problem)
+    return later if later and re.search(r"[\d\\]", later) else None
 
 
 # A conclusion's verb or sign, after which its answer comes: "Therefore, the area is 12", "so x = 4"
@@ -736,18 +773,35 @@ _CHECK_HEADING = re.compile(r"^[ \t#*_]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(
                             r"(?:[ \t]+(?:the[ \t]+)?(?:answer|solution|result))?[ \t*_]*[:：]?[ \t*_]*$",
                             re.IGNORECASE | re.MULTILINE)
 # An explanation that follows an answer given first ("$13\\sqrt{3}$ units.\n\nExplanation: ...")
-_EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|justification|why)[ \t*_]*[:：]", re.IGNORECASE | re.MULTILINE)
+_EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|reason|justification|why)[ \t*_]*[:：]",
+                          re.IGNORECASE | re.MULTILINE)
 # What a chat model adds after its answer: offers, wishes, notes, trivia ("Let me know if ...")
 _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if you(?:'d| would)? like|"
                      r"note:|tip:|hint:|remark:|fun fact|p\.?s\.?\b|happy to help)", re.IGNORECASE)
 # A horizontal rule: what follows it is a footer once something was stated before it
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
 _STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|"
+                     r"\b(?:that|it|this|which|here|there)['’]s\b|\b(?:works?|comes?)[ \t]+(?:out[ \t]+)?to\b|"
+                     r"\b(?:amounts|simplifies|reduces)[ \t]+to\b|\byields\b|"
                      r"\bbelongs[ \t]+to\b|=|"
                      r"(?<!\d):(?=\s)",
                      re.IGNORECASE)
 # an aside in brackets after the answer: "(For comparison, a full serving is 60 g.)"
 _ASIDE = re.compile(r"^\((?![A-Za-z]\)).*\)[.!]?$", re.S)  # not a choice letter: "(C)"
+
+
+def _is_aside(sentence: str) -> bool:
+    """Whether the sentence is wholly one bracketed aside ("(For comparison, a serving is 60 g.)"), not
+    an equation of brackets ("(m, b) = (1.5, -13)")."""
+    if not _ASIDE.match(sentence):
+        return False
+    depth = 0
+    body = sentence.rstrip(".!")
+    for i, ch in enumerate(body):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return i == len(body) - 1
+    return False
 # a value the answer is contrasted with: "28 pets in total — it's not 24", "$24, not $32 (...)"
 _REJECTION = re.compile(r"\s*(?:[,;:]|—|–|--|\s-)\s*(?:(?:and|but)\s+)?(?:(?:it|that|this)(?:'s|\s+is|\s+was)\s+)?"
                         r"(?:not|rather\s+than|instead\s+of)\b.*$", re.IGNORECASE | re.S)
@@ -909,7 +963,8 @@ def _without_checks(text: str) -> str:
 def _last_line_answer(last: str) -> str | None:
     """The answer a last sentence gives by its form alone: a short answer by itself ("Evelyn", "C"),
     LaTeX without ``$`` (``\\frac{5}{9}``), the name closing a "who has the most" solution."""
-    if _BARE_ANSWER.match(last) and len(last.split()) <= 3 and last.strip("*_. ").lower() not in _NOT_ANSWERS:
+    if _BARE_ANSWER.match(last) and len(last.split()) <= 3 and last.strip("*_. ").lower() not in _NOT_ANSWERS \
+            and not re.match(r"(?:that|it|this|there|here)['’]s\b", last.strip("*_ "), re.IGNORECASE):
         return last.strip("*_. ")
     if "\\" in last and not re.match(r"\s*(?:\\\[|\$\$)", last) and re.fullmatch(r"[\\\w{}^_+\-*/()\[\]., =<>|']+", last) \
             and not re.search(r"(?<!\\)\b[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", " ", last)):
@@ -920,11 +975,17 @@ def _last_line_answer(last: str) -> str | None:
     return None
 
 
+# a relative clause after the answer that only says it is the answer: ", which is how many Bobby has"
+_RESTATED = re.compile(r",?[ \t]+which[ \t]+is[ \t]+(?:how[ \t]+many|how[ \t]+much|what|exactly[ \t]+what|the[ \t]+"
+                       r"(?:answer|number|result|total|value|amount)\b)[^.\d:=$]*\.?\s*$", re.IGNORECASE)
+
+
 def _statement(sentence: str) -> str:
     """A sentence as it states its answer: numbers in words as digits, and without a value contrasted
     after the answer ("-- not 24"), an approximation in brackets after it ("(about $10.82$)") or its
     reason ("is 0, because $54 = 6 \\times 9$")."""
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
+    plain = _RESTATED.sub("", plain)
     reason = _REASON.search(plain)
     return plain[:reason.start()] if reason and re.search(r"\d", plain[:reason.start()]) else plain
 
@@ -967,7 +1028,8 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     Returns:
         The answer string, or None when no such sentence holds math or a number.
     """
-    noun = counted_noun(problem)
+    noun, unit = counted_noun(problem), asked_unit(problem)
+    question = _plain_question(problem)
     explained = list(_EXPLANATION.finditer(text))
     if explained and explained[-1].start() > 0 and text[:explained[-1].start()].strip():
         # the answer first, then its explanation: the answer is what came before the label
@@ -975,7 +1037,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         if head:
             return head
     sentences = [s for s in _sentences(_without_checks(text))
-                 if not _CHECK.match(s) and not _FOOTER.match(s) and not _ASIDE.match(s)]
+                 if not _CHECK.match(s) and not _FOOTER.match(s) and not _is_aside(s)]
     alone = _last_line_answer(sentences[-1]) if sentences else None
     if alone:
         return alone
@@ -999,6 +1061,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             return f"{hedge.group(1)}, {hedge.group(2)}"  # "either $125 (jewelry) or $96": two answers, none
         states = _outside_math(plain, _STATES)
         words = [m for m in states if m.group(0) != "="]
+        roots = _values_of_one_name(plain[words[-1].end():]) if words else None
+        if roots:
+            return roots  # "the solutions are x = 2 and x = 7"
         if words and states[-1].group(0) == "=" and _is_equation(plain[words[-1].end():].strip().rstrip(".")):
             states = words  # "the plane is 5x-7y+11z+4=0": the equation is what "is" states
         segments = math_segments(plain)
@@ -1027,6 +1092,11 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
                 if noun and how != _MATH and subject and re.match(r"-?\d", subject) and \
                         counts(head[len(subject):], noun) and not counts(after[after.find(ans) + len(ans):], noun):
                     return subject  # the subject counts what is asked: "490 daps equal 42 dips" -> 490
+                if noun and "," in ans:  # a list, then its count: "gives 1, 2, 4, ..., 196 -- 9 divisors"
+                    count = next((m.group(0) for m in re.finditer(r"(?<![\w.,])\d+(?![\w.,])", after)
+                                  if counts(after[m.end():], noun)), None)
+                    if count:
+                        return count
                 return ans
             if ans and how == _WORDS and subject and re.match(r"[-−]?\d", subject):
                 return subject  # the number is the subject: "30 units are unoccupied."
@@ -1048,7 +1118,12 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             expr = leading_expression(clause[num.start():])
             if expr is not None:
                 found.append((num.start(), expr, len(_with_unit(expr, clause, num.start()))))
-        counted = [(start, expr) for start, expr, _ in found if noun and counts(clause[start + len(expr):], noun)]
+        # a number the question itself gives is no answer to it ("multiply 10 by 1.5" for "By what number
+        # should he multiply $10$?", "the 400-meter hurdles in 36 seconds"), while another remains
+        found = [f for f in found if not _given(clause, f[0], f[1], question)] or found
+        counted = [(start, expr) for start, expr, _ in found
+                   if (noun and counts(clause[start + len(expr):], noun))
+                   or (unit and unit_key(measure_after(clause[start + len(expr):]) or "") == unit)]
         if counted:  # the (last) number of what the question counts: "4 boxes hold 24 eggs" -> 24
             start, expr = counted[-1]
             return _with_unit(expr, clause, start)
@@ -1056,6 +1131,27 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             start, expr, _ = found[0]
             return _with_unit(_with_half_day(expr, clause[start:]), clause, start)
     return None
+
+
+def _plain_question(problem: str | None) -> str:
+    """The problem's question (:func:`core.grading.question.question_of`) without math delimiters and
+    extra spaces, lowercased, to find the numbers it gives; ``""`` without a problem."""
+    if not problem:
+        return ""
+    text = re.sub(r"\\[()\[\]]|\$|\\!|[{}]", " ", normalise_unicode(question_of(problem)))
+    return " ".join(drop_thousands_separators(text).lower().split())
+
+
+def _given(clause: str, start: int, expr: str, question: str) -> bool:
+    """Whether the number ``expr`` at ``start`` in ``clause`` is one the question gives: written there with
+    the word before or after it ("multiply 10", "400-meter")."""
+    if not question or not re.fullmatch(r"-?\d+(?:\.\d+)?", expr):
+        return False
+    before = re.search(r"([A-Za-z]+)[ \t$]*$", clause[:start])
+    after = re.match(r"[ \t$]*(-?)[ \t]*([A-Za-z]+)", clause[start + len(expr):])
+    phrases = ([f"{before.group(1).lower()} {expr}"] if before else []) + \
+        ([f"{expr}{after.group(1)}{' ' if not after.group(1) else ''}{after.group(2).lower()}"] if after else [])
+    return any(re.search(r"(?<![\w.])" + re.escape(p) + r"(?![\w])", question) for p in phrases)
 
 
 # a clause that opens a sentence with its premise, before the comma: "Since each box holds 6 eggs, ...",

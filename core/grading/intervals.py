@@ -17,9 +17,11 @@ _LESS = {"<": "<", "\\lt": "<", "\\le": "<=", "\\leq": "<=", "\\leqslant": "<=",
          ">": ">", "\\gt": ">", "\\ge": ">=", "\\geq": ">=", "\\geqslant": ">="}
 _REL = r"(<|>|\\l(?:eq?(?:slant)?|t)(?![A-Za-z])|\\g(?:eq?(?:slant)?|t)(?![A-Za-z]))"
 _BOUND = r"([^<>=\\,]+?|-?\\infty|[^<>=,]*?\\(?:frac|sqrt|pi)[^<>=,]*?)"
-_CHAIN = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*([A-Za-z])\s*{_REL}\s*{_BOUND}\s*$")
-_ONE_SIDE = re.compile(rf"^\s*([A-Za-z])\s*{_REL}\s*{_BOUND}\s*$")
-_ONE_SIDE_REVERSED = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*([A-Za-z])\s*$")
+# the variable: a letter or a Greek letter's command (\lambda), never a relation's (\le)
+_VAR = r"([A-Za-z]|\\(?!(?:le|ge|lt|gt)(?:q|qslant)?(?![a-z]))[a-z]+)"
+_CHAIN = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*{_VAR}\s*{_REL}\s*{_BOUND}\s*$")
+_ONE_SIDE = re.compile(rf"^\s*{_VAR}\s*{_REL}\s*{_BOUND}\s*$")
+_ONE_SIDE_REVERSED = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*{_VAR}\s*$")
 
 
 def _interval_of(item: str) -> tuple[str, str] | None:

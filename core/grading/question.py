@@ -9,12 +9,14 @@ import re
 
 __all__ = ["counted_noun", "question_of"]
 
-# "How many eggs", "how many more boxes", "How many total miles"
-_HOW_MANY = re.compile(r"\bhow[ \t]+many[ \t]+(?:more|fewer|less|total|extra|different|additional|whole|full)?[ \t]*"
-                       r"([A-Za-z]{3,})\b", re.IGNORECASE)
-# words after "how many" that are not what is counted ("how many of them", "how many did she")
-_NOT_NOUNS = frozenset("""of are were was is did does do will would can could should have has had in on at for
-    the a an he she they it we you there""".split())
+# "How many eggs", "how many more boxes", "How many positive whole-number divisors"
+_HOW_MANY = re.compile(r"\bhow[ \t]+many[ \t]+((?:[A-Za-z'-]+[ \t]*){1,5})", re.IGNORECASE)
+# words before the counted noun that are not it
+_MODIFIERS = frozenset("more fewer less total extra different additional whole full".split())
+# words that end the noun phrase after "how many": verbs, prepositions, pronouns ("how many of them")
+_STOPS = frozenset("""of are were was is be did does do will would can could should has have had must might there in
+    on at for to from that than more less fewer does the a an he she they it we you i his her their its each
+    altogether total left remain remaining""".split())
 
 
 def question_of(problem: str) -> str:
@@ -41,9 +43,25 @@ def counted_noun(problem: str | None) -> str | None:
     else None (no statement, no "how many", or two different nouns asked)."""
     if not problem:
         return None
-    nouns = {_stem(m.group(1)) for m in _HOW_MANY.finditer(question_of(problem))
-             if m.group(1).lower() not in _NOT_NOUNS}
+    nouns = {noun for m in _HOW_MANY.finditer(question_of(problem)) for noun in [_noun(m.group(1).split())] if noun}
     return nouns.pop() if len(nouns) == 1 else None
+
+
+def _noun(words: list[str]) -> str | None:
+    """The counted noun of the words after "how many": of the words up to a verb or preposition, the
+    last plural one, else the last one (``positive whole-number divisors does`` -> ``divisor``, ``daps
+    equal`` -> ``dap``)."""
+    while words and words[0].lower() in _MODIFIERS:
+        words = words[1:]
+    phrase = []
+    for word in words:
+        if word.lower() in _STOPS:
+            break
+        phrase.append(word)
+    if not phrase:
+        return None
+    plural = [w for w in phrase if w.lower().endswith("s") and len(w) > 3]
+    return _stem((plural or phrase)[-1])
 
 
 def counts(text_after_number: str, noun: str) -> bool:
