@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from .question import question_of
+
 __all__ = ["DIMENSIONS", "MEASURES", "SHORT_UNITS", "asked_unit", "compound_values", "measure_after", "named_units", "unit_key", "unit_word"]
 
 # Units of one or two letters; longer words (dollars, inches, apples) count as units anyway.
@@ -134,16 +136,12 @@ def asked_unit(problem: str | None) -> str | None:
     """The key (:func:`unit_key`) of the one unit of measure the problem's question asks its answer in,
     else None (no statement, no such unit, a compound unit such as miles per hour, or two units named).
 
-    The question is the last sentence that ends in ``?`` and what follows it ("Express your answer in
-    degrees."), else the statement's last sentence.
+    The question is :func:`core.grading.question.question_of`'s: the last sentence that ends in ``?``
+    and what follows it ("Express your answer in degrees."), else the statement's last sentence.
     """
     if not problem:
         return None
-    sentences = [s for s in re.split(r"(?<=[.?!])\s+", problem.strip()) if s.strip()]
-    if not sentences:
-        return None
-    questions = [s for s in sentences if s.rstrip().endswith("?")]
-    question = " ".join(sentences[sentences.index(questions[-1]):]) if questions else sentences[-1]
+    question = question_of(problem)
     keys = set()
     for m in _ASKS.finditer(question):
         words = m.group(1) or m.group(2)
