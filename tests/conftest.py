@@ -46,6 +46,51 @@ def _torch_threads_restored():
         torch.set_num_threads(before)
 
 
+def _steady_step_seconds(rows: int) -> float:
+    """A fixed 1 ms plus 0.25 ms per row: a CPU-like decode step whose batch-size knee is 8 rows."""
+    return (4 + rows) * 0.25e-3
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _steady_knee_clock():
+    """The speculation budget ("auto") is the knee of measured step times, and a 2-core machine's
+    timings of a tiny model move it between 2 and 16 rows from run to run, which changes what the
+    search speculates (a budget of 4 rows or less leaves no speculative step to cancel mid-way in
+    test_dashboard's sampled run). For the whole session, so module-scoped runs see it too, the
+    knee measurement still runs the engine at every row count but reads step times from
+    :func:`_steady_step_seconds`: every search in a test sees the same budget on every machine.
+    Tests marked ``real_knee_timing`` measure with the real clock; commands run in a child process
+    (the ``slow`` solve tests) always do."""
+    from core.engine import knee
+
+    real = knee.measure_rows
+
+    def steady(engine_factory, counts, context=knee.DEFAULT_CONTEXT, repeats=knee.DEFAULT_REPEATS, seed=0,
+               on_point=None, stop_gain=None):
+        points = []
+        for p in real(engine_factory, counts, context, repeats, seed):
+            s = _steady_step_seconds(p.rows)
+            points.append(knee.RowPoint(p.rows, p.context_tokens, s, round(p.rows / s, 3), [s] * len(p.runs_s)))
+            if on_point is not None:
+                on_point(points[-1])
+            if stop_gain is not None and knee.find_knee(points, stop_gain) < p.rows:
+                break
+        return points
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(knee, "measure_rows", steady)
+        yield real
+
+
+@pytest.fixture(autouse=True)
+def _real_knee_timing(request, _steady_knee_clock, monkeypatch):
+    """A test marked ``real_knee_timing`` measures knees with the real clock."""
+    if request.node.get_closest_marker("real_knee_timing"):
+        from core.engine import knee
+
+        monkeypatch.setattr(knee, "measure_rows", _steady_knee_clock)
+
+
 def _tiny(config_cls, model_cls, seed: int):
     torch.manual_seed(seed)
     model = model_cls(config_cls(**TINY)).eval().float()

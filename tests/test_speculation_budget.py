@@ -52,6 +52,7 @@ def test_row_counts_and_bad_arguments():
         find_knee(_points(float, [1, 2]), min_gain=1.5)
 
 
+@pytest.mark.real_knee_timing
 def test_engine_knee_is_measured_once_and_cached(tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSCALE_KNEE_CACHE", str(tmp_path))
     engine = make_engine(tiny_llama)
