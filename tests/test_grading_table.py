@@ -56,7 +56,11 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "clauses-bold",
          # a bracket equation is no aside, "that's" / "works out to" state, "which is the answer" restates, "Reason:",
          # a number the question gives, a retraction after the answer, Greek variables, a glossed word, a list's count
-         "retractions-givens"}
+         "retractions-givens",
+         # an answer restated explicitly after "i.e." / "that is" (a plain value keeps, without its gloss), a matrix
+         # as its rows' list, a check put after the value (", making 63·14 = 882"), "giving", a retraction after
+         # "the answer is" with the new answer alone in bold, a generation loop cut off mid-way (no answer)
+         "restatements-loops"}
 
 
 def _rows() -> list[dict]:

@@ -487,7 +487,7 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     Returns ``(answer or None, how it was read)``: ``_MATH``, ``_EXPRESSION``, ``_LATER_EXPRESSION`` or ``_WORDS``.
     """
     lead = re.match(r"[\s:*_]*", rest)
-    body = rest[lead.end():]
+    body = _restated_explicitly(rest[lead.end():])
     choice = _CHOICE.match(body)
     if choice:  # a choice letter, perhaps with its option's value: "(B) 9", "(B) $3(1+r/10)^x=7$"
         option = re.match(r"[ \t]*(?:\$([^$\n]+)\$|(\S.*?))[ \t]*(?:[.*_]*[ \t]*$|[.*_]*\n|\.[ \t])", body[choice.end():])
@@ -650,6 +650,9 @@ def extract_answer(text: str, problem: str | None = None) -> str | None:
     (``<|endoftext|>``) ends the solution. A bare number keeps the unit of measure written after it
     where the solution last writes it (``75`` from "= 75, so he needs 75 seconds more" is ``75
     seconds``; :mod:`core.grading.units`), so that the grader can hold it against the question's unit.
+    An answer that is no plain value, restated after "i.e." / "that is" / "namely", is the
+    restatement (``-I, i.e. [[-1, 0], [0, -1]]``); a solution without an answer marker that ends in a
+    generation loop cut off mid-way (the same span three times or more, no sentence end) has no answer.
 
     Args:
         text: A reference solution or model generation.
@@ -704,11 +707,43 @@ def _in_digits(ans: str | None) -> str | None:
     return ans
 
 
+# "i.e." read as the words it abbreviates: its full stops end no sentence ("..., i.e. (2, 12) ∪ (12, 102).")
+_THAT_IS_ABBREVIATION = re.compile(r"\bi\.[ \t]?e\.,?", re.IGNORECASE)
+# an answer restated in an explicit form after it: "-I, that is, [[-1, 0], [0, -1]]"
+_THAT_IS = re.compile(r"[ \t]*,?[ \t]*\b(?:that[ \t]+is|in[ \t]+other[ \t]+words|namely)\b[ \t]*[,:]?[ \t]*",
+                      re.IGNORECASE)
+
+
+def _restated_explicitly(text: str) -> str:
+    """``text`` (an answer line or a sentence) with an answer that is no plain value replaced by its
+    explicit restatement after "that is" / "i.e." / "namely": "-I, i.e. [[-1, 0], [0, -1]]" -> the
+    matrix, "all x with 2 < x < 102 and x ≠ 12, i.e. (2, 12) ∪ (12, 102)" -> the union (a verb
+    before it is kept: "The domain is (2, 12) ∪ ..."). A plain value stays, without its gloss: "1/2, i.e.
+    about 50%" is 1/2."""
+    line_end = text.find("\n")
+    line = text if line_end < 0 else text[:line_end]
+    cue = next(iter(_outside_math(line, _THAT_IS)), None)
+    if cue is None:
+        return text
+    before, after = line[:cue.start()], line[cue.end():]
+    if not re.search(r"[\d\[(\\$]", after):
+        return text
+    verbs = _outside_math(before, _STATES)
+    head = before[:verbs[-1].end()] + " " if verbs else ""
+    value = before[verbs[-1].end():] if verbs else before
+    bare = re.sub(r"[$*_]", "", value).strip(" ,")
+    tail = "" if line_end < 0 else text[line_end:]
+    if re.search(r"\d", bare) and (leading_expression(bare) or "") == bare:
+        return before + "." + tail  # a plain value already: what follows only glosses it
+    return head + after + tail
+
+
 def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     """``(answer, the solution it was read from)``: see :func:`extract_answer`."""
     if not text:
         return None, ""
     text = _LATEX_THOUSANDS.sub(",", normalise_unicode(text))
+    text = _THAT_IS_ABBREVIATION.sub("that is,", text)
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
     text = _in_plain_numbers(text)
     text, hash_line = _solution_part(text)
@@ -735,7 +770,24 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         ans, _ = _phrase_answer(text[m.end():])
         if ans:
             return _retracted(text, m.end(), problem) or ans, text
+    if _ends_in_loop(text):
+        return None, text
     return closing_answer(text, problem), text
+
+
+# a span of 10 characters or more written three times or more in a row at the very end of the text
+_LOOP = re.compile(r"(?P<unit>\S.{9,199}?)(?P=unit){2,}(?P<rest>.{0,200})\Z", re.S)
+
+
+def _ends_in_loop(text: str) -> bool:
+    """Whether the text ends in a generation loop cut off by the token limit ("log_2 7 · log_7 8 =
+    log_2 7 · log_7 8 = ... ="): the same span three times or more in a row, then at most a start
+    of it, and no sentence end at the end. Such a solution never concluded; its last sentences state
+    no answer."""
+    if re.search(r"[.!?)}$*]\s*$", text):
+        return False  # a loop of whole sentences ("The remainder is 0." six times) concludes each time
+    loop = _LOOP.search(text[-2000:])
+    return bool(loop) and loop.group("unit").startswith(loop.group("rest").strip())
 
 
 # a model taking back what it just stated: "\boxed{10}... wait, that's the discounts", "Wait, I should check"
@@ -754,7 +806,8 @@ def _retracted(text: str, end: int, problem: str | None) -> str | None:
     rest = text[cue.start():]
     sentences = [s for s in _sentences(rest) if s.strip()]
     # the end of the stated answer's own sentence: the retraction follows it at once
-    at_once = re.fullmatch(r"[\s.,;:!)}$\\]*", text[end:cue.start()]) is not None
+    # (after a box: its closing marks; after "the answer is": the rest of its sentence)
+    at_once = re.fullmatch(r"(?:[^\n.!?]|\.(?=\d))*[\s.,;:!)}$\\]*", text[end:cue.start()]) is not None
     concludes = bool(sentences) and re.match(r"[\s*_]*(?:so|thus|therefore|hence|the (?:only|final|correct))\b",
                                               sentences[-1], re.IGNORECASE)
     if not (at_once or concludes) or len(sentences) < 2:
@@ -782,7 +835,8 @@ _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if y
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
 _STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|"
                      r"\b(?:that|it|this|which|here|there)['’]s\b|\b(?:works?|comes?)[ \t]+(?:out[ \t]+)?to\b|"
-                     r"\b(?:amounts|simplifies|reduces)[ \t]+to\b|\byields\b|"
+                     r"\b(?:amounts|simplifies|reduces)[ \t]+to\b|\byields\b|\b(?:giving|yielding)\b|"
+                     r"\bresult(?:s|ing)[ \t]+in\b|"
                      r"\bbelongs[ \t]+to\b|=|"
                      r"(?<!\d):(?=\s)",
                      re.IGNORECASE)
@@ -985,11 +1039,19 @@ def _statement(sentence: str) -> str:
     after the answer ("-- not 24"), an approximation in brackets after it ("(about $10.82$)") or its
     reason ("is 0, because $54 = 6 \\times 9$")."""
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
-    plain = _RESTATED.sub("", plain)
+    plain = _RESTATED.sub("", _restated_explicitly(plain))
+    check = _CHECK_CLAUSE.search(plain)
+    if check and re.search(r"[-+*/×·^]", check.group("left")) and \
+            re.search(rf"(?<![\d.,]){re.escape(check.group('value'))}(?![\d.,]*\d)", check.group("left")):
+        plain = plain[:check.start("clause")]  # "k = 2^2 3^2 5^2 = 900, making 240·900 = 216000": a check of 900
     reason = _REASON.search(plain)
     return plain[:reason.start()] if reason and re.search(r"\d", plain[:reason.start()]) else plain
 
 
+# a clause after a stated value that puts it back into the problem: "= 900, making 240·900 = 216,000 = 60³"
+_CHECK_CLAUSE = re.compile(r"=[ \t]*\$?[ \t]*(?P<value>\d[\d,]*(?:\.\d+)?)[ \t]*\$?(?P<clause>,[ \t]*(?:making|giving|"
+                           r"so(?:[ \t]+that)?|which[ \t]+(?:makes|gives)|and|confirming|check(?:ing)?:?)[ \t]+)"
+                           r"\$?(?P<left>[^=$]+)\$?[ \t]*=", re.IGNORECASE)
 # bold that closes a sentence (the answer a model marks): "she faces **east**.", "would cost **$18.90**."
 _BOLD_CLOSE = re.compile(r"(?<=\s)\*\*([^*\n]+?)\*\*[ \t]*[.!]?[ \t]*$")
 
@@ -1112,7 +1174,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             else plain
         clause = _main_clause(clause)  # "so, with 12 tickets at 4 a ride, she can go 3 times": its main clause
         found = []  # (start, expression, its span as written) of each expression in the clause, in order
-        for num in re.finditer(r"(?<![A-Za-z0-9_.])[-−]?\d", clause):
+        for num in re.finditer(r"(?<![A-Za-z0-9_.([])(?:[([][ \t]*)*[-−]?\d", clause):
             if found and num.start() < found[-1][0] + found[-1][2] or re.search(r"\d,$", clause[:num.start()]):
                 continue  # within the last one ("8,000": its 000; "2 hours and 40 minutes": its 40)
             expr = leading_expression(clause[num.start():])

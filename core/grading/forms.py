@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base"]
+__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base", "rows_as_matrix"]
 
 # a column vector is the tuple of its entries: \begin{pmatrix} -18 \\ -49 \\ 96 \end{pmatrix} = (-18, -49, 96)
 _MATRIX = re.compile(r"^\\begin\{([pb])matrix\}(.*)\\end\{\1matrix\}$", re.S)
@@ -23,6 +23,22 @@ def column_as_tuple(s: str) -> str:
         return s
     entries = [e.strip() for e in re.split(r"\\\\", m.group(2)) if e.strip()]
     return "(" + ", ".join(entries) + ")" if len(entries) >= 2 else s
+
+
+# a matrix written as a list of its rows: [[-1, 0], [0, -1]]
+_ROW_LIST = re.compile(r"^\[\s*\[(.*)\]\s*\]$", re.S)
+
+
+def rows_as_matrix(s: str) -> str:
+    """A matrix written as the list of its rows (``[[-1, 0], [0, -1]]``, two rows or more of one
+    length) as LaTeX's ``pmatrix``; anything else unchanged."""
+    m = _ROW_LIST.match(s.strip())
+    if not m:
+        return s
+    rows = [[e.strip() for e in row.split(",")] for row in re.split(r"\]\s*,\s*\[", m.group(1))]
+    if len(rows) < 2 or len({len(r) for r in rows}) != 1 or any(not e or re.search(r"[\[\]]", e) for r in rows for e in r):
+        return s
+    return "\\begin{pmatrix} " + " \\\\ ".join(" & ".join(r) for r in rows) + " \\end{pmatrix}"
 
 
 # a set in set-builder notation over one variable whose condition names it: \{t : t > 2\}, \{x \mid x \le 1\}
@@ -67,8 +83,9 @@ def in_base(s: str) -> int | None:
 def exact_forms(s: str) -> str:
     """``s`` with repeating decimals as fractions (``1.\\overline{3}`` -> ``\\frac{4}{3}``), a set-builder set
     as its condition (``\\{t : t > 2\\}`` -> ``t > 2``) and a plain-text mixed number in LaTeX
-    (``137 1/2`` -> ``137\\frac{1}{2}``, which math-verify reads as 275/2)."""
-    s = _REPEATING.sub(_repeating_fraction, s)
+    (``137 1/2`` -> ``137\\frac{1}{2}``, which math-verify reads as 275/2), and a matrix as the list of its
+    rows in ``pmatrix`` (:func:`rows_as_matrix`)."""
+    s = rows_as_matrix(_REPEATING.sub(_repeating_fraction, s))
     s = _SET_BUILDER.sub(r"\2", s)
     return _MIXED.sub(lambda m: f"{m.group(1)}\\frac{{{m.group(2)}}}{{{m.group(3)}}}"
                       if int(m.group(2)) < int(m.group(3)) else m.group(0), s)
