@@ -387,3 +387,21 @@ def test_asked_unit_reads_the_unit_a_question_names(problem, unit):
 ])
 def test_a_unit_of_measure_other_than_the_asked_one_is_wrong(completion, gold, problem, right):
     assert answers_equivalent(extract_answer(completion), gold, problem) is right
+
+
+@pytest.mark.parametrize("answer, interval", [
+    ("x > -1 and x < 6", "(-1,6)"),
+    ("x > -1 and x \\le 6", "(-1,6]"),
+    ("x \\ge 2 and x \\ge 3", "[3,\\infty)"),
+    # at an end both share, the open one is the tighter
+    ("x < 6 and x \\le 6", "(-\\infty,6)"),
+    ("x > 1 and x \\ge 1", "(1,\\infty)"),
+    ("-2 < x and x < 0", "(-2,0)"),
+    # no interval: empty, one point, two variables, no inequalities, three parts
+    ("x < 2 and x > 5", None), ("x \\le 3 and x \\ge 3", None), ("x > 1 and y < 2", None), ("2 and 5", None),
+    ("x > 0 and x < 5 and x < 4", None),
+])
+def test_inequalities_joined_by_and_are_their_intersection(answer, interval):
+    from core.grading.intervals import as_intersection
+
+    assert as_intersection(answer) == interval

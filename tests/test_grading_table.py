@@ -60,7 +60,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # an answer restated explicitly after "i.e." / "that is" (a plain value keeps, without its gloss), a matrix
          # as its rows' list, a check put after the value (", making 63·14 = 882"), "giving", a retraction after
          # "the answer is" with the new answer alone in bold, a generation loop cut off mid-way (no answer)
-         "restatements-loops"}
+         "restatements-loops",
+         # functions written out (cos x / sin x, log_3 x), inequalities in plain text joined by "or" / "and"
+         # (an "and" is their intersection), <= and >=
+         "plain-functions-relations"}
 
 
 def _rows() -> list[dict]:

@@ -53,9 +53,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
-from .extract import _THOUSANDS_RUN, normalise_unicode
+from .extract import _THOUSANDS_RUN, ascii_relations, normalise_unicode
 from .forms import choice_letter, column_as_tuple, exact_forms, in_base, option_value
-from .intervals import as_union
+from .intervals import as_intersection, as_union
 from .mv_worker import MathVerifyProcess
 from .units import DIMENSIONS, MEASURES, SHORT_UNITS, asked_unit, compound_values, named_units, unit_key
 
@@ -237,16 +237,24 @@ def _currency(ans: str) -> str | None:
     return "dollars" if _DOLLARS.search(ans) else None
 
 
+# a function written in plain text ("cos x / sin x") is LaTeX's, and one applied to a lone term without
+# brackets applies to that term only: \cos x / \sin x is (\cos x)/(\sin x), as a reader takes it
+_PLAIN_FUNCTION = re.compile(r"(?<![\\A-Za-z])(arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|cot|sec|csc|ln|log|exp)"
+                             r"(?![A-Za-z])")
+_BARE_ARGUMENT = re.compile(r"(\\(?:arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|cot|sec|csc|ln|log|exp)"
+                            r"(?:_\s*(?:\{\d+\}|\d))?(?:\^\s*(?:\{-?\d+\}|\d))?)\s+(\d*(?:[A-Za-z]|\\(?:theta|alpha|beta|phi|pi))|\d+)"
+                            r"(?![A-Za-z\d^_({.])")
 # \sqrt13: what a model means is the root of the number, not TeX's \sqrt{1}3
 _BARE_SQRT = re.compile(r"\\sqrt[ \t]*(\d+)")
 def _prepare(ans: str) -> str:
     """The presentation-free form of one side (step 1 of the module docstring)."""
     # thousands separators, then spacing, before the wrappers go: 10,\!080 is a number, \,1\, is 1
-    s = _strip_wrappers(_drop_spacing(_LATEX_THOUSANDS.sub(r"\1,", _unicode_to_latex(str(ans)))))
+    s = _strip_wrappers(_drop_spacing(_LATEX_THOUSANDS.sub(r"\1,", _unicode_to_latex(ascii_relations(str(ans))))))
     s = _LEFT_RIGHT.sub("", s)
     s = _BARE_SQRT.sub(r"\\sqrt{\1}", s)
     s = exact_forms(s)
     s = _unwrap_text(s)
+    s = _BARE_ARGUMENT.sub(r"\1(\2)", _PLAIN_FUNCTION.sub(r"\\\1", s))
     s = s.replace("\\$", "")
     s = _UNESCAPED_DOLLAR.sub("", s)
     s = _PERCENT.sub("", s)
@@ -257,7 +265,7 @@ def _prepare(ans: str) -> str:
     s = _drop_spacing(s)
     s = _SCIENTIFIC.sub(_scientific_to_decimal, s)
     s = re.sub(r"\s+", " ", s)
-    s = _join_and(s)
+    s = as_intersection(s) or _join_and(s)  # "x > -1 and x < 6" is one interval, "2 and 5" two items
     return s.strip().rstrip(_TRAILING).strip()
 
 

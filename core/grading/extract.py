@@ -72,6 +72,8 @@ _OPERATORS = "+-*/^×÷·−<>≤≥≠±∓∪∩"
 _SIGNS = "-+−±∓"
 _SYMBOLS = "π∞αβγδεθλμρστφψω"  # operands written as one character: constants, Greek variables
 # "and" / "or" between two numbers of a list: "2 and 5", "1, 3, and 5", "24 or 32" (a hedge names both)
+# "or" / "and" before another inequality of one variable: "x < 1 or x > 3", "x > -2 and x ≠ 5"
+_OR_RELATION = re.compile(r"(?:or|and)[ \t]+(?=(?:[A-Za-z]|[αβγθλμ])[ \t]*(?:[<>≤≥≠]))")
 _AND_ITEM = re.compile(r"(?:and|or)[ \t]+(?=[-+−]?(?:\\?\$)?\d)")
 # A unit after a number in math: a few words, then the end of the sentence ("$5$ m.", "$12$ square feet")
 _UNIT_AFTER = re.compile(r"[ \t]+([A-Za-z]+(?:\^\{?\d\}?)?(?:(?:[ \t]+|[ \t]*/[ \t]*)[A-Za-z]+(?:\^\{?\d\}?)?){0,2})"
@@ -86,10 +88,14 @@ _PLAIN_NUMBER = re.compile(r"^[-−]?(?:\d[\d,]*(?:\.\d+)?|\.\d+|\\[dt]?frac\{\d
 _SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾ⁿ", "0123456789+-()n"))
 _SUPERSCRIPT_RUN = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
 _VULGAR_FRACTION = re.compile(r"(\d*)([\u00bc-\u00be\u2150-\u215e])")
+_ASCII_LE = re.compile(r"(?<![<=])<=(?![>=])")
+_ASCII_GE = re.compile(r"(?<![<=>-])>=(?!=)")
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 # a hyphen or en dash written as a minus sign: before a number, after no term ("= –128"; "3–5" is a range)
 _DASH_MINUS = re.compile(r"(?<![\w)\]}.])[\u2010-\u2013](?=\d)")
 _OPEN, _CLOSE = "([{", ")]}"
+# functions written out in prose, which apply to the operand after them
+_FUNCTIONS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arctan log ln exp".split())
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 # Between two math segments that together are one answer: "$69$ and $84$", "$1$, $3$ or $5$".
 _SEGMENT_JOINER = re.compile(r"^\s*(?:,|and|or|,\s*and|,\s*or)\s*$", re.IGNORECASE)
@@ -119,6 +125,11 @@ def normalise_unicode(text: str) -> str:
     text = unicodedata.normalize("NFKC", text)
     text = _DASH_MINUS.sub("-", text)
     return text.replace("\u2044", "/").replace("。", ". ").replace("、", ", ")
+
+
+def ascii_relations(text: str) -> str:
+    """``<=`` / ``>=`` as the signs ``≤`` / ``≥`` they stand for (``x <= 1 or x > 3``); ``<=>`` and ``=>`` stay."""
+    return _ASCII_GE.sub("≥", _ASCII_LE.sub("≤", text))
 
 
 def drop_thousands_separators(text: str) -> str:
@@ -396,6 +407,10 @@ def leading_expression(text: str) -> str | None:
                 depth, i = depth + 1, j + 1
             elif ch in _SIGNS or ch == "√":
                 i = j + 1
+            elif word and word.group(0) in _FUNCTIONS and \
+                    re.match(r"(?:_(?:\{\w+\}|\w))?(?:\^(?:\{-?\w+\}|\w))?[ (]", s[word.end():]):
+                # a function written out, with its base or power: "cos x / sin x", "log_2 8", "sin^2(x)"
+                i = re.match(r"(?:_(?:\{\w+\}|\w))?(?:\^(?:\{-?\w+\}|\w))?", s[word.end():]).end() + word.end()
             elif re.match(r"\\?\$\d", s[j:]):  # a dollar sign before the number: "$24 or $32"
                 i = j + (2 if ch == "\\" else 1)
             elif spaced and depth == 0 and _AND_ITEM.match(s, j) and s[:i].rstrip().endswith(","):
@@ -403,7 +418,9 @@ def leading_expression(text: str) -> str | None:
             else:
                 break
         elif ch in _OPERATORS:
-            i, expect_operand = j + 1, True
+            i, expect_operand = j + 1 + (ch in "<>" and s[j + 1:j + 2] == "="), True  # "<=" is one sign
+        elif spaced and depth == 0 and _OR_RELATION.match(s, j):  # "x < 1 or x > 3": one answer
+            i, expect_operand = _OR_RELATION.match(s, j).end(), True
         elif ch == ":" and last_number and re.match(r":[ ]*\d", s[j:]):
             i, expect_operand = j + 1, True
         elif spaced and last_number and _mixed_fraction(s, end, j):  # a mixed number: "137 1/2 miles"
@@ -744,6 +761,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         return None, ""
     text = _LATEX_THOUSANDS.sub(",", normalise_unicode(text))
     text = _THAT_IS_ABBREVIATION.sub("that is,", text)
+    text = ascii_relations(text)
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
     text = _in_plain_numbers(text)
     text, hash_line = _solution_part(text)
@@ -1174,7 +1192,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             else plain
         clause = _main_clause(clause)  # "so, with 12 tickets at 4 a ride, she can go 3 times": its main clause
         found = []  # (start, expression, its span as written) of each expression in the clause, in order
-        for num in re.finditer(r"(?<![A-Za-z0-9_.([])(?:[([][ \t]*)*[-−]?\d", clause):
+        # each starts at a number (or the brackets before it), or at a variable that an inequality bounds ("t < -2")
+        for num in re.finditer(r"(?<![A-Za-z0-9_.([])(?:[([][ \t]*)*[-−]?\d|(?<![\w\\])[A-Za-z](?=[ \t]*[<>≤≥])",
+                               clause):
             if found and num.start() < found[-1][0] + found[-1][2] or re.search(r"\d,$", clause[:num.start()]):
                 continue  # within the last one ("8,000": its 000; "2 hours and 40 minutes": its 40)
             expr = leading_expression(clause[num.start():])

@@ -1,17 +1,18 @@
-"""Inequalities in one variable as the intervals they describe, for answers joined by "or".
+"""Inequalities in one variable as the intervals they describe, for answers joined by "or" or "and".
 
 math-verify compares one inequality with an interval gold (``x \\ge 2`` is ``[2,\\infty)``); an answer
 written as several inequalities joined by "or" (``x<2`` or ``x>3``) is the union of their intervals,
 which is written out here so that math-verify compares it with a union gold
 (``(-\\infty, 2) \\cup (3, \\infty)``). A range with points left out (``0<x<36, x \\ne 9``) is the
-union of its pieces (``(0,9) \\cup (9,36)``).
+union of its pieces (``(0,9) \\cup (9,36)``). Two inequalities joined by "and" hold together: their
+intersection (``x > -1 and x < 6`` is ``(-1,6)``), never the union a list would be.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["as_union"]
+__all__ = ["as_intersection", "as_union"]
 
 _LESS = {"<": "<", "\\lt": "<", "\\le": "<=", "\\leq": "<=", "\\leqslant": "<=",
          ">": ">", "\\gt": ">", "\\ge": ">=", "\\geq": ">=", "\\geqslant": ">="}
@@ -102,3 +103,32 @@ def as_union(items: list[str]) -> str | None:
     if not all(intervals) or len({var for var, _ in intervals}) != 1:
         return None
     return " \\cup ".join(interval for _, interval in intervals)
+
+
+def _end(interval: str, side: int) -> tuple[float, bool] | None:
+    """``(value, closed)`` of an interval's left (``side`` 0) or right (1) end; None when not a number."""
+    part = interval.split(",")[side]
+    value = _bound_value(part)
+    return None if value is None else (value, "[" in part or "]" in part)
+
+
+def as_intersection(s: str) -> str | None:
+    """Two inequalities in one variable joined by "and" (``x > -1 and x \\le 6``, ``\\land``) as the
+    interval where both hold (``(-1,6]``); None for anything else, an intersection of one point or
+    none, or a bound that is not a plain number."""
+    parts = re.split(r"\s+and\s+|\s*\\(?:land|wedge)\s*", s.strip())
+    if len(parts) != 2:
+        return None
+    intervals = [_interval_of(part) for part in parts]
+    if not all(intervals) or intervals[0][0] != intervals[1][0]:
+        return None
+    ends = [(_end(i, 0), _end(i, 1), i) for _, i in intervals]
+    if any(lo is None or hi is None for lo, hi, _ in ends):
+        return None
+    # the higher left end, closed only when every interval starting there is closed; the lower right end
+    (low, lo_closed), left = max(((lo, i) for lo, _, i in ends), key=lambda e: (e[0][0], not e[0][1]))
+    (high, hi_closed), right = min(((hi, i) for _, hi, i in ends), key=lambda e: (e[0][0], e[0][1]))
+    if low >= high:
+        return None
+    return ("[" if lo_closed else "(") + left.split(",")[0].strip("[( ") + "," + \
+        right.split(",")[1].strip(")] ") + ("]" if hi_closed else ")")
