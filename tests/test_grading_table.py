@@ -63,7 +63,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "restatements-loops",
          # functions written out (cos x / sin x, log_3 x), inequalities in plain text joined by "or" / "and"
          # (an "and" is their intersection), <= and >=
-         "plain-functions-relations"}
+         "plain-functions-relations",
+         # a path or generation that stops mid-sentence or at a bare step heading states no answer; a value
+         # after "=" that counts something else gives way to a later number of what the question counts
+         "cut-off"}
 
 
 def _rows() -> list[dict]:

@@ -669,7 +669,8 @@ def extract_answer(text: str, problem: str | None = None) -> str | None:
     seconds``; :mod:`core.grading.units`), so that the grader can hold it against the question's unit.
     An answer that is no plain value, restated after "i.e." / "that is" / "namely", is the
     restatement (``-I, i.e. [[-1, 0], [0, -1]]``); a solution without an answer marker that ends in a
-    generation loop cut off mid-way (the same span three times or more, no sentence end) has no answer.
+    generation loop cut off mid-way (the same span three times or more, no sentence end), or that
+    stops mid-sentence (:func:`_cut_off`: "... so the number of days is"), has no answer.
 
     Args:
         text: A reference solution or model generation.
@@ -788,9 +789,30 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         ans, _ = _phrase_answer(text[m.end():])
         if ans:
             return _retracted(text, m.end(), problem) or ans, text
-    if _ends_in_loop(text):
+    if _ends_in_loop(text) or _cut_off(text):
         return None, text
     return closing_answer(text, problem), text
+
+
+# the words a sentence cannot end with: articles, prepositions, conjunctions, copulas, a verb before its object
+_DANGLING = frozenset("""the a an of by to into from for with at as than per and or but because since if is are
+    was were be equals gives give get gets makes become becomes we""".split())
+
+
+def _cut_off(text: str) -> bool:
+    """Whether the text stops in the middle of a sentence (a search path or generation cut off by a
+    step or token limit before it concluded): its last line is a bare step heading ("Step 2:"), or it
+    ends in an operator, ``=``, a comma, a colon or an opening bracket, or in a word no sentence ends
+    with ("... so the number of days is", "Then we divide by"). Its last sentences state no answer."""
+    last = text.rstrip().rstrip("*_ \t")
+    if not last:
+        return False
+    if re.search(r"(?:^|\n)[ \t#>*_-]*step[ \t]*\d+[ \t]*[:.)]?$", last, re.IGNORECASE):
+        return True
+    if last[-1] in "=+-−×*/÷·^(,:" and not last.endswith(":)"):
+        return True
+    word = re.search(r"(?<![\\$])\b([A-Za-z]+)$", last)
+    return bool(word) and word.group(1).lower() in _DANGLING and not math_segments(last[word.start():])
 
 
 # a span of 10 characters or more written three times or more in a row at the very end of the text
@@ -1177,6 +1199,14 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
                                   if counts(after[m.end():], noun)), None)
                     if count:
                         return count
+                rest = after[after.find(ans) + len(ans):] if ans in after else ""
+                if noun and how != _MATH and re.fullmatch(r"-?\d+(?:\.\d+)?", ans) and not counts(rest, noun):
+                    # the stated value counts something else, a later number what is asked: "= 36 eggs in
+                    # total, and at 6 a day they last 6 days" -> 6
+                    later = [m.group(0) for m in re.finditer(r"(?<![\w.,])\d+(?:\.\d+)?(?![\w.,])", rest)
+                             if counts(rest[m.end():], noun)]
+                    if later:
+                        return later[-1]
                 return ans
             if ans and how == _WORDS and subject and re.match(r"[-−]?\d", subject):
                 return subject  # the number is the subject: "30 units are unoccupied."
