@@ -736,8 +736,8 @@ def _restated_explicitly(text: str) -> str:
     """``text`` (an answer line or a sentence) with an answer that is no plain value replaced by its
     explicit restatement after "that is" / "i.e." / "namely": "-I, i.e. [[-1, 0], [0, -1]]" -> the
     matrix, "all x with 2 < x < 102 and x ≠ 12, i.e. (2, 12) ∪ (12, 102)" -> the union (a verb
-    before it is kept: "The domain is (2, 12) ∪ ..."). A plain value stays, without its gloss: "1/2, i.e.
-    about 50%" is 1/2."""
+    before it is kept: "The domain is (2, 12) ∪ ..."). A plain value, with a unit or without, stays, without its
+    gloss: "1/2, i.e. about 50%" is 1/2, "6 days, i.e. 144 hours" is 6 days."""
     line_end = text.find("\n")
     line = text if line_end < 0 else text[:line_end]
     cue = next(iter(_outside_math(line, _THAT_IS)), None)
@@ -751,7 +751,8 @@ def _restated_explicitly(text: str) -> str:
     value = before[verbs[-1].end():] if verbs else before
     bare = re.sub(r"[$*_]", "", value).strip(" ,")
     tail = "" if line_end < 0 else text[line_end:]
-    if re.search(r"\d", bare) and (leading_expression(bare) or "") == bare:
+    lead = leading_expression(bare) if re.match(r"[-−]?\d", bare) else None
+    if lead and re.fullmatch(r"[ \t]*(?:[A-Za-z]+[ \t]*){0,3}", bare[len(lead):]):
         return before + "." + tail  # a plain value already: what follows only glosses it
     return head + after + tail
 
@@ -1069,6 +1070,10 @@ def _last_line_answer(last: str) -> str | None:
     return None
 
 
+# a comparison after the answer: ", which is less than a week (7 days)", ", which is more than the 40 she has"
+_COMPARED = re.compile(r",?[ \t]+(?:which|that)[ \t]+(?:is|are|was|were)[ \t]+(?:\w+[ \t]+)?(?:less|more|greater|fewer|"
+                       r"smaller|larger|bigger|shorter|longer|higher|lower|cheaper|faster|slower)[ \t]+than\b.*$",
+                       re.IGNORECASE | re.S)
 # a relative clause after the answer that only says it is the answer: ", which is how many Bobby has"
 _RESTATED = re.compile(r",?[ \t]+which[ \t]+is[ \t]+(?:how[ \t]+many|how[ \t]+much|what|exactly[ \t]+what|the[ \t]+"
                        r"(?:answer|number|result|total|value|amount)\b)[^.\d:=$]*\.?\s*$", re.IGNORECASE)
@@ -1079,7 +1084,7 @@ def _statement(sentence: str) -> str:
     after the answer ("-- not 24"), an approximation in brackets after it ("(about $10.82$)") or its
     reason ("is 0, because $54 = 6 \\times 9$")."""
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
-    plain = _RESTATED.sub("", _restated_explicitly(plain))
+    plain = _COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(plain)))
     check = _CHECK_CLAUSE.search(plain)
     if check and re.search(r"[-+*/×·^]", check.group("left")) and \
             re.search(rf"(?<![\d.,]){re.escape(check.group('value'))}(?![\d.,]*\d)", check.group("left")):

@@ -1,5 +1,5 @@
 """Numbers written in English words, as models write answers: "twenty-one", "One hundred twenty",
-"three units", "eighteen dollars".
+"three units", "eighteen dollars"; and one-word numbers of five other languages ("seis días").
 
 Only whole numbers from zero to the billions in the usual short scale, with hyphens or spaces
 between the words and an optional "and" after a hundred ("one hundred and five"), and fractions
@@ -89,6 +89,29 @@ def fraction(m: re.Match) -> str:
     return f"{num}/{_DENOMINATORS[den_word.rstrip('s') if den_word != 'halves' else 'halves']}"
 
 
+# Whole numbers as one word in Spanish, Portuguese, French, German and Italian (2 to 20 and the tens), as
+# models answer in the problem's language ("Respuesta: seis días"); words that are also common words of
+# these languages or of English stay words: articles (un, une, ein), "neuf" (new), "sei" (are), "elf", "cent",
+# "once", "due", "otto", "sept", "seize"
+_FOREIGN = {
+    **dict(zip("dos tres cuatro cinco seis siete ocho nueve diez doce trece catorce quince dieciséis "
+               "diecisiete dieciocho diecinueve veinte treinta cuarenta cincuenta sesenta setenta ochenta "
+               "noventa".split(), [*range(2, 11), *range(12, 21), *range(30, 100, 10)])),
+    **dict(zip("quatro cinco sete oito nove dez onze doze treze catorze quinze dezesseis dezessete dezoito "
+               "dezenove vinte trinta quarenta cinquenta sessenta setenta oitenta noventa".split(),
+               [4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 30, 40, 50, 60, 70, 80, 90])),
+    **dict(zip("deux trois quatre cinq huit dix onze douze treize quatorze quinze vingt trente "
+               "quarante cinquante soixante".split(), [2, 3, 4, 5, 8, 10, 11, 12, 13, 14, 15, 20, 30, 40, 50, 60])),
+    **dict(zip("zwei drei vier fünf sechs sieben acht neun zehn zwölf dreizehn vierzehn fünfzehn sechzehn "
+               "siebzehn achtzehn neunzehn zwanzig dreißig vierzig fünfzig sechzig siebzig achtzig "
+               "neunzig".split(), [*range(2, 11), *range(12, 21), *range(30, 100, 10)])),
+    **dict(zip("quattro cinque sette nove dieci undici dodici tredici quattordici quindici sedici "
+               "diciassette diciotto diciannove venti trenta quaranta cinquanta sessanta settanta ottanta "
+               "novanta".split(), [4, 5, 7, 9, 10, *range(11, 21), *range(30, 100, 10)])),
+}
+_FOREIGN_RUN = re.compile(r"(?<![\w-])(?:%s)(?![\w-])" % "|".join(sorted(_FOREIGN, key=len)[::-1]), re.IGNORECASE)
+
+
 def digits_for_words(text: str) -> str:
     """``text`` with every run of number words that spells a number replaced by its digits
     ("makes eighteen dollars" -> "makes 18 dollars"); a lone "one" stays (it is a pronoun as often:
@@ -100,10 +123,12 @@ def digits_for_words(text: str) -> str:
         counted = re.search(r"\b(?:exactly|only|just|precisely)\s+$", before, re.IGNORECASE)
         if value is None or (m.group(0).lower() == "one" and not counted):
             return m.group(0)
-        if re.search(r"\b(?:first|last|next|other|top|previous)\s+$", before, re.IGNORECASE):
-            return m.group(0)  # "the first two terms" picks terms out; it counts no answer
+        if re.search(r"\b(?:first|next|other|top|previous)\s+$|\b(?:the|its|their|his|her|these|those|our|my|your)"
+                     r"\s+(?:very\s+)?last\s+$", before, re.IGNORECASE):
+            return m.group(0)  # "the first two terms" picks terms out ("the eggs last six days" does not)
         return str(value)
 
     text = _FRACTION.sub(fraction, text)
     text = NUMBER_RUN.sub(replace, text)
+    text = _FOREIGN_RUN.sub(lambda m: str(_FOREIGN[m.group(0).lower()]), text)
     return re.sub(r"\b(?:minus|negative)[ \t]+(?=\d)", "-", text, flags=re.IGNORECASE)  # "minus three" -> -3
