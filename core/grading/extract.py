@@ -96,6 +96,8 @@ _DASH_MINUS = re.compile(r"(?<![\w)\]}.])[\u2010-\u2013](?=\d)")
 _OPEN, _CLOSE = "([{", ")]}"
 # functions written out in prose, which apply to the operand after them
 _FUNCTIONS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arctan log ln exp".split())
+# what may follow such a name before its operand: a base, a power ("log_2 8", "sin^2(x)"), then a space or "("
+_FUNCTION_TAIL = re.compile(r"(?P<tail>(?:_(?:\{\w+\}|\w))?(?:\^(?:\{-?\w+\}|\w))?)[ (]")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 # Between two math segments that together are one answer: "$69$ and $84$", "$1$, $3$ or $5$".
 _SEGMENT_JOINER = re.compile(r"^\s*(?:,|and|or|,\s*and|,\s*or)\s*$", re.IGNORECASE)
@@ -407,10 +409,9 @@ def leading_expression(text: str) -> str | None:
                 depth, i = depth + 1, j + 1
             elif ch in _SIGNS or ch == "√":
                 i = j + 1
-            elif word and word.group(0) in _FUNCTIONS and \
-                    re.match(r"(?:_(?:\{\w+\}|\w))?(?:\^(?:\{-?\w+\}|\w))?[ (]", s[word.end():]):
+            elif word and word.group(0) in _FUNCTIONS and _FUNCTION_TAIL.match(s, word.end()):
                 # a function written out, with its base or power: "cos x / sin x", "log_2 8", "sin^2(x)"
-                i = re.match(r"(?:_(?:\{\w+\}|\w))?(?:\^(?:\{-?\w+\}|\w))?", s[word.end():]).end() + word.end()
+                i = _FUNCTION_TAIL.match(s, word.end()).end("tail")
             elif re.match(r"\\?\$\d", s[j:]):  # a dollar sign before the number: "$24 or $32"
                 i = j + (2 if ch == "\\" else 1)
             elif spaced and depth == 0 and _AND_ITEM.match(s, j) and s[:i].rstrip().endswith(","):
@@ -810,8 +811,11 @@ def _cut_off(text: str) -> bool:
         return False
     if re.search(r"(?:^|\n)[ \t#>*_-]*step[ \t]*\d+[ \t]*[:.)]?$", last, re.IGNORECASE):
         return True
-    if last[-1] in "=+-−×*/÷·^(,:" and not last.endswith(":)"):
+    # a minus after a term ("so 20 -"), never a horizontal rule ("---") closing the text
+    if last[-1] in "=+−×*/÷·^(,:" and not last.endswith(":)") or re.search(r"[\w)}$][ \t]*-$", last):
         return True
+    if re.search(r",[ \t]*(?:so|then|thus|hence|therefore|which|and|but)$", last, re.IGNORECASE):
+        return True  # "She uses 6 eggs a day, so"
     word = re.search(r"(?<![\\$])\b([A-Za-z]+)$", last)
     return bool(word) and word.group(1).lower() in _DANGLING and not math_segments(last[word.start():])
 
