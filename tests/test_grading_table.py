@@ -66,7 +66,11 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "plain-functions-relations",
          # a path or generation that stops mid-sentence or at a bare step heading states no answer; a value
          # after "=" that counts something else gives way to a later number of what the question counts
-         "cut-off"}
+         "cut-off",
+         # a step under a label ("Extra widgets: 15 × 720 = ...") is no exercise, a percentage is one term of a hedge,
+         # "was" and "meaning" state, ∴, "one more", a rounding after the exact value, "Mrs." ends no sentence, a
+         # choice with its option's word, a point's coordinates named x and y, a bold name answering "who", a pronoun
+         "labels-points-names"}
 
 
 def _rows() -> list[dict]:

@@ -366,6 +366,23 @@ def _compound_matches(values: dict, gold: str, problem: str | None) -> bool:
     return target in values.values()
 
 
+def _coordinates(p_items: list[str], g_items: list[str]) -> list[str]:
+    """Values named one letter each (``x = 15``, ``y = -29``), as many as the entries of a gold that is one
+    tuple (``(15,-29)``), as that tuple: a point given by its coordinates, x, y, z in their order, other
+    names in the order written; other items unchanged."""
+    if len(g_items) != 1 or len(p_items) < 2 or not re.fullmatch(r"\(.*\)", g_items[0].strip()):
+        return p_items
+    if len(_split_items(g_items[0].strip()[1:-1])) != len(p_items):
+        return p_items
+    named = [_split_name(p) for p in p_items]
+    names = [n for n, _ in named]
+    if not all(n and re.fullmatch(r"[A-Za-z]", n) for n in names) or len(set(names)) != len(names):
+        return p_items
+    if set(names) <= set("xyz"):
+        named.sort()  # coordinates x, y, z come in their order, however the answer lists them
+    return ["(" + ", ".join(v for _, v in named) + ")"]
+
+
 def _split_name(s: str) -> tuple[str | None, str]:
     """``("m_{\\max}", "n^2-n-1")`` for ``m_{\\max}=n^2-n-1``, ``("x", "[-2,7]")`` for ``x \\in [-2,7]``;
     ``(None, s)`` when ``s`` has no leading name."""
@@ -621,8 +638,8 @@ class Grade:
 def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     """``(equivalent, timed_out)`` for one prepared item on each side."""
     pred, gold = _drop_units(pred, gold, variables)
-    if re.fullmatch(r"\([A-E]\)", gold.strip()):
-        if choice_letter(pred):  # (C) Plane answers the choice (C)
+    if re.fullmatch(r"\([A-E]\)", gold.strip()) or (re.fullmatch(r"[A-E]", gold.strip()) and pred.startswith("(")):
+        if choice_letter(pred):  # (C) Plane answers the choice (C), and a gold that writes it C
             return choice_letter(pred) == choice_letter(gold), False
     elif option_value(pred):  # "(B) 9" answers a gold 9 by its option's value
         pred = option_value(pred)
@@ -738,6 +755,7 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
         # inequalities joined by "or" are the union of their intervals: x<2 or x>3 = (-\infty,2) \cup (3,\infty)
         g_union, p_union = as_union(g_items), as_union(p_items)
         g_items, p_items = [g_union] if g_union else g_items, [p_union] if p_union else p_items
+        p_items = _coordinates(p_items, g_items)
         if len(g_items) != len(p_items):
             return Grade(False, reading, timed_out)
         if len(p_items) == 1 and _other_unit(p_items[0], g_items[0], problem):

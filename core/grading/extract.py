@@ -110,9 +110,9 @@ def normalise_unicode(text: str) -> str:
     and other spaces -> a space, ``：`` -> ``:``), after superscripts became powers (``x²`` -> ``x^{2}``,
     which NFKC would make ``x2``) and vulgar fractions (``½`` -> ``1/2``, ``3½`` -> ``(3+1/2)``);
     invisible characters go and the ideographic full stop is a full stop; a hyphen or en dash before a
-    number where no term precedes it is a minus (``= –128``; the range ``3–5`` stays). The minus sign U+2212 and
-    math symbols (``≤``, ``π``, ``√``) stay: extraction reads them as they are and grading maps them
-    to LaTeX.
+    number where no term precedes it is a minus (``= –128``; the range ``3–5`` stays); ``∴`` is "Therefore,".
+    The minus sign U+2212 and math symbols (``≤``, ``π``, ``√``) stay: extraction reads them as they are
+    and grading maps them to LaTeX.
     """
     if text.isascii():
         return text
@@ -126,7 +126,7 @@ def normalise_unicode(text: str) -> str:
     text = _VULGAR_FRACTION.sub(fraction, text)
     text = unicodedata.normalize("NFKC", text)
     text = _DASH_MINUS.sub("-", text)
-    return text.replace("\u2044", "/").replace("。", ". ").replace("、", ", ")
+    return text.replace("\u2044", "/").replace("。", ". ").replace("、", ", ").replace("∴", "Therefore, ")
 
 
 def ascii_relations(text: str) -> str:
@@ -422,6 +422,8 @@ def leading_expression(text: str) -> str | None:
             i, expect_operand = j + 1 + (ch in "<>" and s[j + 1:j + 2] == "="), True  # "<=" is one sign
         elif spaced and depth == 0 and _OR_RELATION.match(s, j):  # "x < 1 or x > 3": one answer
             i, expect_operand = _OR_RELATION.match(s, j).end(), True
+        elif ch == "%" and last_number and not spaced:  # a percentage is one term: "8% or 20%"
+            i = end = j + 1
         elif ch == ":" and last_number and re.match(r":[ ]*\d", s[j:]):
             i, expect_operand = j + 1, True
         elif spaced and last_number and _mixed_fraction(s, end, j):  # a mixed number: "137 1/2 miles"
@@ -573,10 +575,17 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
 
 
 def _values_of_one_name(sentence: str) -> str | None:
-    """``"2, 7"`` for "x = 2 and x = 7" (values of one name joined by "," / "and" / "or"), else None."""
+    """``"2, 7"`` for "x = 2 and x = 7" (values of one name joined by "," / "and" / "or"); ``"x = 15, y = -29"``
+    for "x = 15 and y = -29" (values of different names, one each: a point's coordinates, kept named for
+    the grader to order); else None."""
     parts = re.split(r"[ \t]*(?:,[ \t]*(?:and|or)?|\band\b|\bor\b)[ \t]*", sentence.rstrip(". "))
     named = [re.fullmatch(r"[ \t]*([A-Za-z])[ \t]*=[ \t]*(-?[\d.]+(?:/\d+)?)[ \t]*", p) for p in parts]
-    if len(parts) < 2 or not all(named) or len({m.group(1) for m in named}) != 1:
+    if len(parts) < 2 or not all(named):
+        return None
+    names = [m.group(1) for m in named]
+    if len(set(names)) == len(names) and " or " not in sentence:
+        return ", ".join(f"{m.group(1)} = {m.group(2)}" for m in named)
+    if len(set(names)) != 1:
         return None
     return ", ".join(m.group(2) for m in named)
 
@@ -613,7 +622,8 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
     answer: a line opening ``Question:``, ``Q:`` or ``Problem 2:`` (the few-shot layout models
     continue) once "the answer is X" or a box came before it; and, once a number came before it, a
     line opening an exercise or an offer of the model's own ("Follow-up question:", "Try it
-    yourself:", "Next question:", "Would you like me to ..."). Without these the text is whole.
+    yourself:", "Next question:", "Would you like me to ..."), unless a computation follows its colon
+    at once ("Extra widgets: 15 × 720 = 10,800." is a step). Without these the text is whole.
     """
     end = _END_TOKEN.search(text)
     if end:  # a model's end-of-text token: what follows is another sample of the few-shot prompt
@@ -622,6 +632,10 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
     if m:
         text = text[:m.end()]
     for follow in _FOLLOW_UP.finditer(text):
+        line_end = text.find("\n", follow.end())
+        rest = text[follow.end():line_end if line_end >= 0 else len(text)]
+        if follow.group(0).rstrip().endswith((":", "：")) and re.match(r"[ \t]*[-$\\(\d][^A-Za-z]*?[=×÷]", rest):
+            continue  # a step of the solution under its label: "Extra widgets: 15 × 720 = 10,800."
         if re.search(r"\d", text[:follow.start()]):
             text = text[:follow.start()]
             break
@@ -733,6 +747,9 @@ _THAT_IS = re.compile(r"[ \t]*,?[ \t]*\b(?:that[ \t]+is|in[ \t]+other[ \t]+words
                       re.IGNORECASE)
 
 
+_PAST_STATES = re.compile(r"\b(?:was|were)\b", re.IGNORECASE)
+
+
 def _restated_explicitly(text: str) -> str:
     """``text`` (an answer line or a sentence) with an answer that is no plain value replaced by its
     explicit restatement after "that is" / "i.e." / "namely": "-I, i.e. [[-1, 0], [0, -1]]" -> the
@@ -747,7 +764,7 @@ def _restated_explicitly(text: str) -> str:
     before, after = line[:cue.start()], line[cue.end():]
     if not re.search(r"[\d\[(\\$]", after):
         return text
-    verbs = _outside_math(before, _STATES)
+    verbs = sorted([*_outside_math(before, _STATES), *_outside_math(before, _PAST_STATES)], key=lambda m: m.end())
     head = before[:verbs[-1].end()] + " " if verbs else ""
     value = before[verbs[-1].end():] if verbs else before
     bare = re.sub(r"[$*_]", "", value).strip(" ,")
@@ -862,7 +879,7 @@ def _retracted(text: str, end: int, problem: str | None) -> str | None:
 
 
 # A conclusion's verb or sign, after which its answer comes: "Therefore, the area is 12", "so x = 4"
-_CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence)\b", re.IGNORECASE)
+_CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence|meaning(?:[ \t]+that)?)\b", re.IGNORECASE)
 # A check restates the computation with the answer put in; it answers nothing ("Check: 3(46) - 9 = 129 ✓")
 _CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$",
                     re.IGNORECASE)
@@ -919,14 +936,18 @@ _OTHER_VALUE = re.compile(r"\((?:possibly|perhaps|maybe|or)[ \t]+\\?\$?(-?\d[\d.
 # the reason given after a stated answer, and a hedge between two values
 _REASON = re.compile(r"\s*,?\s+(?:because|since)\b.*$", re.IGNORECASE | re.S)
 _HEDGE = re.compile(r"\beither\b[^\d]*?(-?\d[\d.,]*\d|\d)\b.*?\bor\b[^\d]*?(-?\d[\d.,]*\d|\d)\b", re.IGNORECASE)
-# a short answer alone on the last line ("Evelyn", "even", "C", "(B)"), not a word that closes a text
-_BARE_ANSWER = re.compile(r"^[*_]*(?:\([A-Za-z]\)|[A-Za-z][A-Za-z'-]*(?:[ ][A-Za-z][A-Za-z'-]*){0,2})[*_]*\.?$")
+# a short answer alone on the last line ("Evelyn", "even", "C", "(B)", "(C) Plane"), not a word that closes a text
+_BARE_ANSWER = re.compile(r"^[*_]*(?:\([A-Za-z]\)(?:[ ][A-Za-z][A-Za-z'-]*){0,2}|[A-Za-z][A-Za-z'-]*(?:[ ][A-Za-z][A-Za-z'-]*){0,2})[*_]*\.?$")
 _NOT_ANSWERS = frozenset(["done", "qed", "end", "the end", "solution", "answer", "final answer", "thus", "therefore",
                           "so", "hence", "check", "verified", "correct", "ok", "okay", "good", "great", "thanks",
                           "thank you", "cheers", "hope this helps"])
 # a variable's name alone: one letter or a Greek one, maybe with a subscript (never \pi: a value)
 _LONE_VARIABLE = re.compile(r"(?:[A-Za-z]|\\(?:alpha|beta|gamma|delta|epsilon|theta|lambda|mu|phi|psi|omega|"
                             r"Delta|Theta|Phi|Omega))(?:_\{?\w+\}?)?")
+# a pronoun points back at what the text said; it names no answer ("... and that's it")
+_PRONOUNS = frozenset(["it", "this", "that", "these", "those", "they", "them", "he", "she", "him", "her", "we", "us",
+                       "you", "one", "all", "both", "none", "everything", "nothing"])
+_ABBREVIATION = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|Prof|Sr|Jr|vs|etc|approx|e\.g|cf)\.$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=[A-Z*$\\(])")
 
 
@@ -969,8 +990,8 @@ def _sentences(text: str) -> list[str]:
         spans = [(a, b) for a, b, _ in math_segments(line)]
         start = 0
         for cut in _SENTENCE_END.finditer(line):
-            if any(a < cut.start() < b for a, b in spans):
-                continue
+            if any(a < cut.start() < b for a, b in spans) or _ABBREVIATION.search(line, 0, cut.start()):
+                continue  # within math, or after "Mrs." / "Dr." / "e.g.": no sentence ends there
             out.append(line[start:cut.start()])
             start = cut.end()
         out.append(line[start:])
@@ -994,6 +1015,8 @@ def _math_answer(sentence: str) -> str | None:
     while first > 0 and segments[-1][2].count("=") < 2 and \
             _SEGMENT_JOINER.match(sentence[segments[first - 1][1]:segments[first][0]]):
         first -= 1
+    if first > 0 and re.match(r"\s*(?:\\approx|≈)", segments[first][2]):
+        first -= 1  # "$= 6\sqrt{2}$ cm $\approx 8.49$ cm": the rounding of the value before it
     ans, how = _phrase_answer(sentence[segments[first][0]:])
     return _stated_value(ans) if ans and how == _MATH else None
 
@@ -1029,7 +1052,7 @@ def _stated_value(ans: str) -> str | None:
         exact = exact.rsplit("=", 1)[-1].strip()
         # an exact closed form given first is the answer (\\sqrt{51} \\approx 7.14); a sum or a
         # product still to be done is not (1.3 + 1.91 \\approx 3.2: the model answered 3.2)
-        ans = exact if _CLOSED_FORM.fullmatch(exact) else rounded.rsplit("\\approx", 1)[-1]
+        ans = exact if exact and _CLOSED_FORM.fullmatch(exact) else rounded.rsplit("\\approx", 1)[-1]
     if "\\equiv" in ans:  # a congruence states its residue: 17^{-1} \equiv 44 \pmod{83}
         ans = re.sub(r"\\pmod\s*\{[^{}]*\}|\(\s*\\mod[^()]*\)|\\mod\s*\S+", "", ans.rsplit("\\equiv", 1)[1])
     elif (ans.count("=") > 1 and "," not in ans) or \
@@ -1101,6 +1124,9 @@ def _statement(sentence: str) -> str:
 _CHECK_CLAUSE = re.compile(r"=[ \t]*\$?[ \t]*(?P<value>\d[\d,]*(?:\.\d+)?)[ \t]*\$?(?P<clause>,[ \t]*(?:making|giving|"
                            r"so(?:[ \t]+that)?|which[ \t]+(?:makes|gives)|and|confirming|check(?:ing)?:?)[ \t]+)"
                            r"\$?(?P<left>[^=$]+)\$?[ \t]*=", re.IGNORECASE)
+# a "who ...?" question, and a name in bold that answers it in any language
+_ASKS_WHO = re.compile(r"\bwho(?:m|se)?\b")
+_BOLD_NAME = re.compile(r"\*\*([A-Z][a-z]+)\*\*")
 # bold that closes a sentence (the answer a model marks): "she faces **east**.", "would cost **$18.90**."
 _BOLD_CLOSE = re.compile(r"(?<=\s)\*\*([^*\n]+?)\*\*[ \t]*[.!]?[ \t]*$")
 
@@ -1127,10 +1153,11 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     A sentence is read from the part that concludes (:func:`_main_clause`: after a ``;`` or a premise
     clause, "Since each box holds 6 eggs, ..."), and from its conclusion when a "so" / "thus" follows
     its last verb ("gives 2 plus 1, so the robe takes 3 bolts"). Bold closing the last sentence is its
-    answer ("she faces **east**."). Where the problem's question counts something ("How many eggs
-    ...?", :func:`core.grading.question.counted_noun`), the last number that counts it is the answer
-    of a sentence without a verb that states one ("4 boxes hold 24 eggs" -> ``24``), and a subject
-    that counts it wins over the value its verb states ("490 daps equal 42 dips" -> ``490``).
+    answer ("she faces **east**."), and a name in bold in the last sentence answers a "who ...?" question
+    that names that person ("**Navin** verdient am meisten."). Where the problem's question counts
+    something ("How many eggs ...?", :func:`core.grading.question.counted_noun`), the last number that
+    counts it is the answer of a sentence without a verb that states one ("4 boxes hold 24 eggs" ->
+    ``24``), and a subject that counts it wins over the value its verb states ("490 daps equal 42 dips" -> ``490``).
 
     Args:
         text: the solution, normalised and cut as :func:`extract_answer` does.
@@ -1152,6 +1179,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     alone = _last_line_answer(sentences[-1]) if sentences else None
     if alone:
         return alone
+    named = _BOLD_NAME.search(sentences[-1]) if sentences and problem and _ASKS_WHO.search(question) else None
+    if named and re.search(rf"\b{named.group(1)}\b", problem):
+        return named.group(1)  # "**Navin** verdient am meisten.": the person a "who ...?" question asks for
     bold = _BOLD_CLOSE.search(sentences[-1]) if sentences else None
     if bold and not bold.group(1).rstrip().endswith(":") and len(bold.group(1).split()) <= 4:
         # the last sentence ends in what it puts in bold: "she faces **east**.", "would cost **\$18.90**."
@@ -1196,8 +1226,11 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
                 ans = None  # words before the math ("is all $y \le 0$"): the math alone, below
             elif ans and how == _MATH:
                 ans = _stated_value(ans)
-            head = re.sub(r"^(?:so|thus|therefore|hence|then)\b[\s,]*", "", plain[:states[-1].start()],
-                          flags=re.IGNORECASE)
+            head = plain[:states[-1].start()]
+            # the verb's subject: after the last "so" / "meaning" before it ("..., meaning 4 hours are needed")
+            head = head[([None] + _outside_math(head, _CONCLUDES))[-1].end():] if _outside_math(head, _CONCLUDES) \
+                else head
+            head = re.sub(r"^[\s,]*(?:then\b)?[\s,]*", "", head, flags=re.IGNORECASE)
             subject = leading_expression(head)
             if ans and how in (_MATH, _EXPRESSION, _LATER_EXPRESSION):
                 if noun and how != _MATH and subject and re.match(r"-?\d", subject) and \
@@ -1219,7 +1252,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
                 return ans
             if ans and how == _WORDS and subject and re.match(r"[-−]?\d", subject):
                 return subject  # the number is the subject: "30 units are unoccupied."
-            if ans and how == _WORDS and sentence is sentences[-1] and \
+            if ans and how == _WORDS and sentence is sentences[-1] and ans.strip(" .!").lower() not in _PRONOUNS and \
                     len(re.sub(r"^(?:a|an|the)\s+", "", ans, flags=re.IGNORECASE).split()) <= 2:
                 return ans  # a named answer closing the solution: "... is Evelyn."
         ans = _math_answer(plain)
@@ -1256,11 +1289,12 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
 
 def _plain_question(problem: str | None) -> str:
     """The problem's question (:func:`core.grading.question.question_of`) without math delimiters and
-    extra spaces, lowercased, to find the numbers it gives; ``""`` without a problem."""
+    extra spaces, lowercased, numbers in words as digits ("the three wolves' howls"), to find the numbers
+    it gives; ``""`` without a problem."""
     if not problem:
         return ""
     text = re.sub(r"\\[()\[\]]|\$|\\!|[{}]", " ", normalise_unicode(question_of(problem)))
-    return " ".join(drop_thousands_separators(text).lower().split())
+    return " ".join(digits_for_words(drop_thousands_separators(text)).lower().split())
 
 
 def _given(clause: str, start: int, expr: str, question: str) -> bool:

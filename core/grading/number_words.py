@@ -115,12 +115,14 @@ _FOREIGN_RUN = re.compile(r"(?<![\w-])(?:%s)(?![\w-])" % "|".join(sorted(_FOREIG
 def digits_for_words(text: str) -> str:
     """``text`` with every run of number words that spells a number replaced by its digits
     ("makes eighteen dollars" -> "makes 18 dollars"); a lone "one" stays (it is a pronoun as often:
-    "one of them", "the one") unless a word of quantity comes before it ("exactly one of them"), and
+    "one of them", "the one") unless a word of quantity comes before it ("exactly one of them") or a
+    comparative after it ("she needs one more dollar"), and
     so does a number that picks items out ("the first two terms", "the other three")."""
     def replace(m: re.Match) -> str:
         value = spelled_number(m.group(0))
         before = m.string[:m.start()]
-        counted = re.search(r"\b(?:exactly|only|just|precisely)\s+$", before, re.IGNORECASE)
+        counted = re.search(r"\b(?:exactly|only|just|precisely)\s+$", before, re.IGNORECASE) or \
+            re.match(r"\s+(?:more|less|fewer|extra|additional)\b", m.string[m.end():], re.IGNORECASE)
         if value is None or (m.group(0).lower() == "one" and not counted):
             return m.group(0)
         if re.search(r"\b(?:first|next|other|top|previous)\s+$|\b(?:the|its|their|his|her|these|those|our|my|your)"
