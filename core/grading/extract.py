@@ -1228,8 +1228,8 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
                 ans = _stated_value(ans)
             head = plain[:states[-1].start()]
             # the verb's subject: after the last "so" / "meaning" before it ("..., meaning 4 hours are needed")
-            head = head[([None] + _outside_math(head, _CONCLUDES))[-1].end():] if _outside_math(head, _CONCLUDES) \
-                else head
+            concluded = _outside_math(head, _CONCLUDES)
+            head = head[concluded[-1].end():] if concluded else head
             head = re.sub(r"^[\s,]*(?:then\b)?[\s,]*", "", head, flags=re.IGNORECASE)
             subject = leading_expression(head)
             if ans and how in (_MATH, _EXPRESSION, _LATER_EXPRESSION):
