@@ -70,7 +70,12 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # a step under a label ("Extra widgets: 15 × 720 = ...") is no exercise, a percentage is one term of a hedge,
          # "was" and "meaning" state, ∴, "one more", a rounding after the exact value, "Mrs." ends no sentence, a
          # choice with its option's word, a point's coordinates named x and y, a bold name answering "who", a pronoun
-         "labels-points-names"}
+         "labels-points-names",
+         # numbers in words of other languages (compounds: "quatre-vingt-dix"), a count then a verb and its value
+         # under a label, decimal commas, bases as subscripts, sqrt(13), "all x with x > 5", an unsolved condition
+         # is no interval, a few-shot pair after the work, "X or Y" hedges (a value restated is none), labels in
+         # other languages, a choice quoting its option, roots named as expressions, dollars and cents, "2 k"
+         "languages-hedges-solved"}
 
 
 def _rows() -> list[dict]:

@@ -55,7 +55,7 @@ from fractions import Fraction
 
 from .extract import _THOUSANDS_RUN, ascii_relations, normalise_unicode
 from .forms import choice_letter, column_as_tuple, exact_forms, in_base, option_value
-from .intervals import as_intersection, as_union
+from .intervals import as_intersection, as_union, unsolved_inequality
 from .mv_worker import MathVerifyProcess
 from .units import DIMENSIONS, MEASURES, SHORT_UNITS, asked_unit, compound_values, named_units, unit_key
 
@@ -366,6 +366,48 @@ def _compound_matches(values: dict, gold: str, problem: str | None) -> bool:
     return target in values.values()
 
 
+def _interval_like(gold: str) -> bool:
+    """Whether a gold item is an interval or a union of intervals: ``(-\\infty, 2) \\cup (3, \\infty)``, ``[2,5)``."""
+    bare = re.sub(r"\\(?:left|right)(?![A-Za-z])", "", gold).strip()
+    return "\\cup" in bare or bool(re.fullmatch(r"[\[(][^\[\]()]*,[^\[\]()]*[\])]", bare))
+
+
+_DECIMAL_COMMA = re.compile(r"(-?\d+),(\d{1,2}|\d{4,})(?![\d,])|(-?0),(\d{3})(?![\d,])")
+
+
+def _decimal_comma(pred: str, gold: str) -> str:
+    """``pred`` with a decimal comma as a point (``2,70`` -> ``2.70``, ``3,21`` -> ``3.21``: most languages
+    but English write decimals so) where the gold is one value, not a list, and the prediction one number
+    with a comma that no thousands separator makes (not three digits after it, ``2,500`` stays, unless a
+    zero comes before it: ``0,375``). A list's
+    two items could never equal a gold of one value, so the reading costs no list."""
+    if "," in gold or len(_DECIMAL_COMMA.findall(pred)) != 1 or pred.count(",") != 1:
+        return pred
+    return _DECIMAL_COMMA.sub(lambda m: ".".join(g for g in m.groups() if g is not None), pred)
+
+
+def _distinct(items: list[str]) -> list[str]:
+    """``items`` without the ones that write an earlier item's value again: ``["1/2", "0.5"]`` -> ``["1/2"]``
+    (a value and its decimal: one answer, not two); the same form again stays, a multiplicity (``1, 2, 2,
+    4``). Plain numbers and fractions are compared exactly, anything else as written."""
+    def value(item: str):
+        plain = re.sub(r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", r"\1/\2", item.replace(" ", ""))
+        try:
+            return Fraction(plain)
+        except (ValueError, ZeroDivisionError):
+            return canonical_answer(item)
+
+    written: dict = {}  # value -> its forms as written; the same form again is a multiplicity ("1, 2, 2, 4")
+    out = []
+    for item in items:
+        forms = written.setdefault(value(item), set())
+        if forms and canonical_answer(item) not in forms:
+            continue
+        forms.add(canonical_answer(item))
+        out.append(item)
+    return out
+
+
 def _coordinates(p_items: list[str], g_items: list[str]) -> list[str]:
     """Values named one letter each (``x = 15``, ``y = -29``), as many as the entries of a gold that is one
     tuple (``(15,-29)``), as that tuple: a point given by its coordinates, x, y, z in their order, other
@@ -638,8 +680,8 @@ class Grade:
 def _compare_item(pred: str, gold: str, variables) -> tuple[bool, bool]:
     """``(equivalent, timed_out)`` for one prepared item on each side."""
     pred, gold = _drop_units(pred, gold, variables)
-    if re.fullmatch(r"\([A-E]\)", gold.strip()) or (re.fullmatch(r"[A-E]", gold.strip()) and pred.startswith("(")):
-        if choice_letter(pred):  # (C) Plane answers the choice (C), and a gold that writes it C
+    if re.fullmatch(r"\([A-E]\)", gold.strip()) or (re.fullmatch(r"[A-E]", gold.strip()) and re.match(r"\(|(?:option|choice)\s", pred, re.IGNORECASE)):
+        if choice_letter(pred):  # (C) Plane, option C: the choice (C), also where the gold writes it C
             return choice_letter(pred) == choice_letter(gold), False
     elif option_value(pred):  # "(B) 9" answers a gold 9 by its option's value
         pred = option_value(pred)
@@ -743,10 +785,10 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
             return Grade(False, reading, timed_out)
         if _currency(str(pred)) and _currency(str(gold)) and _currency(str(pred)) != _currency(str(gold)):
             return Grade(False, reading, timed_out)  # $5.40 is not 5.4 cents
-        pred_s = _prepare(pred)
+        pred_s = _decimal_comma(_prepare(pred), gold_s)
         if canonical_answer(pred_s) == canonical_answer(gold_s):
             return Grade(True, reading, timed_out)
-        if problem and _restates(pred_s, problem):
+        if problem and not choice_letter(pred_s) and _restates(pred_s, problem):  # "(B) 3/5" quotes its option
             return Grade(False, reading, timed_out)  # "2 + 3" restates "What is 2 + 3?": no answer
         compound = compound_values(pred_s)
         if compound is not None:  # 2 hours 40 minutes: 160 (minutes) or 8/3 (hours)
@@ -756,8 +798,12 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
         g_union, p_union = as_union(g_items), as_union(p_items)
         g_items, p_items = [g_union] if g_union else g_items, [p_union] if p_union else p_items
         p_items = _coordinates(p_items, g_items)
+        if len(p_items) > len(g_items):
+            p_items = _distinct(p_items)  # "1/2 or 0.5" is one value written twice
         if len(g_items) != len(p_items):
             return Grade(False, reading, timed_out)
+        if any(map(unsolved_inequality, p_items)) and any(map(_interval_like, g_items)):
+            return Grade(False, reading, timed_out)  # x^2-5x+6>0 states the condition, not the set it solves to
         if len(p_items) == 1 and _other_unit(p_items[0], g_items[0], problem):
             return Grade(False, reading, timed_out)  # 1.25 kilometers answers no "How many miles ...?"
         # items the gold names (a=2, b=3) are taken in order by an answer that names none (2, 3)

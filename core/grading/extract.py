@@ -16,8 +16,9 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 
-from .number_words import digits_for_words, spelled_number
+from .number_words import digits_for_words, language_of, spelled_number
 from .question import counted_noun, counts, question_of
 from .units import asked_unit, measure_after, unit_key
 
@@ -31,7 +32,7 @@ _BOX_CMD = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # A number with thousands separators: groups of three digits after a first group of one to three,
 # the whole run of digits and commas (``27,54,108,135`` has a group of two: it is a list, and so
 # are all its commas; ``1,2`` is a list of solutions).
-_THOUSANDS_RUN = re.compile(r"(?<!\d)(?<!\d,)\d{1,3}(?:,\d{3})+(?!,?\d)")
+_THOUSANDS_RUN = re.compile(r"(?<!\d)(?<!\d,)[1-9]\d{0,2}(?:,\d{3})+(?!,?\d)")  # "0,356" is no thousands
 # LaTeX's thousands separators in a number (``70{,}000``, ``10,\!080``) and a space between groups of
 # three (``95 200``, the SI style; NFKC made thin and no-break spaces plain), read as a plain comma
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!)[ ]?(?=\d{3}(?!\d))")
@@ -39,9 +40,12 @@ _SPACED_THOUSANDS = re.compile(r"(?<![\d,.])\d{1,3}(?: \d{3})+(?![\d,]| \d)")
 
 _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual|true|real|corrected|revised|final)\s+)?answer)"
                             r"\s*(?:is\b|:)\s*:?", re.IGNORECASE)
-# A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case; or a heading
+# A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case, and the label in
+# French, Spanish, Portuguese, German, Italian, Russian and Chinese ("Réponse : 12", "答案：12"); or a heading
 # "**Final Answer**" / "### Final Answer" alone on its line, the answer on the lines after it.
 _ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|updated)[ \t]+)?answer[ \t*_]*[:：]"
+                           r"|^[ \t>#*_-]*(?:(?:réponse|respuesta|resposta|risposta)(?:[ \t]+final)?|(?:endgültige[ \t]+)?antwort|"
+                           r"ответ|(?:最终)?答案)[ \t*_]*[:：]"
                            r"|^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
 # A GSM8K answer line: ``#### 18``; ``#### Step 1``, ``#### 1. The area`` and ``#### (a) Part one`` are
 # Markdown headings (a word follows, or a numbered word), no answer.
@@ -66,7 +70,7 @@ _FOLLOW_UP = re.compile(r"^[ \t>*_#-]*(?:(?:next|new|another|related|similar|bon
 _END_TOKEN = re.compile(r"<\|(?:endoftext|im_end|eot_id|end_of_text|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>")
 # A number as written in prose: digits (thousands groups kept together, see _THOUSANDS_RUN), a
 # decimal part, an exponent (``4e-3``).
-_NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
+_NUMBER = re.compile(r"(?:[1-9]\d{0,2}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
 _WORD = re.compile(r"[A-Za-z]+")
 _OPERATORS = "+-*/^×÷·−<>≤≥≠±∓∪∩"
 _SIGNS = "-+−±∓"
@@ -87,6 +91,7 @@ _PLAIN_NUMBER = re.compile(r"^[-−]?(?:\d[\d,]*(?:\.\d+)?|\.\d+|\\[dt]?frac\{\d
 # Unicode forms models write (see normalise_unicode)
 _SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾ⁿ", "0123456789+-()n"))
 _SUPERSCRIPT_RUN = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
+_SUBSCRIPT_RUN = re.compile("[₀-₉]+")
 _VULGAR_FRACTION = re.compile(r"(\d*)([\u00bc-\u00be\u2150-\u215e])")
 _ASCII_LE = re.compile(r"(?<![<=])<=(?![>=])")
 _ASCII_GE = re.compile(r"(?<![<=>-])>=(?!=)")
@@ -95,7 +100,7 @@ _INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 _DASH_MINUS = re.compile(r"(?<![\w)\]}.])[\u2010-\u2013](?=\d)")
 _OPEN, _CLOSE = "([{", ")]}"
 # functions written out in prose, which apply to the operand after them
-_FUNCTIONS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arctan log ln exp".split())
+_FUNCTIONS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arctan log ln exp sqrt".split())
 # what may follow such a name before its operand: a base, a power ("log_2 8", "sin^2(x)"), then a space or "("
 _FUNCTION_TAIL = re.compile(r"(?P<tail>(?:_(?:\{\w+\}|\w))?(?:\^(?:\{-?\w+\}|\w))?)[ (]")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
@@ -108,7 +113,7 @@ def normalise_unicode(text: str) -> str:
 
     NFKC (full-width digits, letters and brackets ``（３，５）`` -> ``(3,5)``, ``－`` -> ``-``, non-breaking
     and other spaces -> a space, ``：`` -> ``:``), after superscripts became powers (``x²`` -> ``x^{2}``,
-    which NFKC would make ``x2``) and vulgar fractions (``½`` -> ``1/2``, ``3½`` -> ``(3+1/2)``);
+    which NFKC would make ``x2``), subscripts as indices (a base: ``2516₈`` -> ``2516_{8}``) and vulgar fractions (``½`` -> ``1/2``, ``3½`` -> ``(3+1/2)``);
     invisible characters go and the ideographic full stop is a full stop; a hyphen or en dash before a
     number where no term precedes it is a minus (``= –128``; the range ``3–5`` stays); ``∴`` is "Therefore,".
     The minus sign U+2212 and math symbols (``≤``, ``π``, ``√``) stay: extraction reads them as they are
@@ -118,6 +123,7 @@ def normalise_unicode(text: str) -> str:
         return text
     text = _INVISIBLE.sub("", text)
     text = _SUPERSCRIPT_RUN.sub(lambda m: "^{" + "".join(_SUPERSCRIPTS[c] for c in m.group(0)) + "}", text)
+    text = _SUBSCRIPT_RUN.sub(lambda m: "_{" + unicodedata.normalize("NFKC", m.group(0)) + "}", text)
 
     def fraction(m: re.Match) -> str:
         num, _, den = unicodedata.normalize("NFKC", m.group(2)).partition("\u2044")
@@ -424,6 +430,8 @@ def leading_expression(text: str) -> str | None:
             i, expect_operand = _OR_RELATION.match(s, j).end(), True
         elif ch == "%" and last_number and not spaced:  # a percentage is one term: "8% or 20%"
             i = end = j + 1
+        elif ch == "_" and last_number and not spaced and re.match(r"_(?:\{\d+\}|\d+)", s[j:]):
+            i = end = j + re.match(r"_(?:\{\d+\}|\d+)", s[j:]).end()  # a number's base: 2516_8, 2516_{8}
         elif ch == ":" and last_number and re.match(r":[ ]*\d", s[j:]):
             i, expect_operand = j + 1, True
         elif spaced and last_number and _mixed_fraction(s, end, j):  # a mixed number: "137 1/2 miles"
@@ -466,11 +474,15 @@ _BELOW_ZERO = re.compile(r"(?<![\d.-])(\d+(?:\.\d+)?)((?:[ \t]*(?:°|degrees?)(?
 _REAL_INTERVAL = re.compile(r"\ball[ \t]+real[ \t]+numbers[ \t]+(?:[a-z][ \t]+)?(?:that[ \t]+are[ \t]+)?"
                             r"(greater|more|less|smaller)[ \t]+than[ \t]+(or[ \t]+equal[ \t]+to[ \t]+)?"
                             r"(?=\$?-?\d)", re.IGNORECASE)
+# "all x with x > 5", "all y such that y ≤ 0": the inequality is the set
+_ALL_SUCH = re.compile(r"\ball[ \t]+(?:real[ \t]+(?:numbers[ \t]+)?)?([a-z])[ \t]+(?:with|such[ \t]+that|where|for[ \t]+which)"
+                       r"[ \t]+(?=\1[ \t]*(?:[<>≤≥]|\\[lg]e))", re.IGNORECASE)
 
 
 def _in_plain_numbers(text: str) -> str:
     """Numbers written with words as the numbers they are: ``$1.45 million`` -> ``$1450000``, ``10 degrees
-    below zero`` -> ``-10 degrees``, ``all real numbers greater than 2`` -> ``x > 2``."""
+    below zero`` -> ``-10 degrees``, ``all real numbers greater than 2`` -> ``x > 2``, ``all x with x > 5``
+    -> ``x > 5``."""
     def scaled(m: re.Match) -> str:
         if m.group(3) and not m.string[:m.start()].endswith("$"):
             return m.group(0)  # "140K" is money only after a dollar sign ("$140K", "$70k"); "5K" may be kelvin
@@ -484,7 +496,7 @@ def _in_plain_numbers(text: str) -> str:
 
     text = _SCALED.sub(scaled, text)
     text = _BELOW_ZERO.sub(lambda m: f"-{m.group(1)}{m.group(2)}", text)
-    return _REAL_INTERVAL.sub(interval, text)
+    return _ALL_SUCH.sub("", _REAL_INTERVAL.sub(interval, text))
 
 
 def _mixed_fraction(s: str, number_end: int, j: int) -> int | None:
@@ -501,8 +513,11 @@ def _mixed_fraction(s: str, number_end: int, j: int) -> int | None:
 _MATH, _EXPRESSION, _LATER_EXPRESSION, _WORDS = "math", "expression", "later expression", "words"
 
 
-def _phrase_answer(rest: str) -> tuple[str | None, str]:
-    """The answer in the text after "the answer is": its math, else its expression, else its words.
+def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = None) -> tuple[str | None, str]:
+    """The answer in the text after "the answer is": its math, else its expression, else its words; a
+    sentence under the label that states its value after a verb is read as a closing sentence is
+    ("Answer: 6 apples cost $2.70." -> ``$2.70``, :func:`closing_answer` with ``problem``). ``lang``: the
+    language its label is in ("Réponse :" is French), to read numbers in words ("quatre-vingts").
 
     Returns ``(answer or None, how it was read)``: ``_MATH``, ``_EXPRESSION``, ``_LATER_EXPRESSION`` or ``_WORDS``.
     """
@@ -528,6 +543,9 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
             unit = _UNIT_AFTER.match(body, last_end)
             if unit and not {w.lower() for w in re.findall(r"[A-Za-z]+", unit.group(1))} & _NOT_UNITS:
                 return parts[0] + " " + unit.group(1), _MATH
+        also = _ALSO_POSSIBLE.match(body, last_end)
+        if parts and also:  # "$30^\circ$, although $150^\circ$ is also possible": a hedge, no single answer
+            return ", ".join([*parts, also.group(1)]), _MATH
         if parts:
             return ", ".join(parts), _MATH
     # the sentence: to a full stop followed by space or the end, or to the end of the line
@@ -536,7 +554,7 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     if not sentence:
         return None, _WORDS
     if "\\" not in sentence:
-        sentence = digits_for_words(sentence)  # "she needs three more boxes", "a half"
+        sentence = digits_for_words(sentence, lang)  # "she needs three more boxes", "a half"
     either = re.match(r"either[ \t]+(.+?)[ \t]+or[ \t]+(.+?)(?:[ \t]+(?:depending|if|when)\b|[,;]|$)", sentence,
                       re.IGNORECASE)
     if either:  # "either 98 or \"not possible\"": a hedge between two answers names no single one
@@ -546,6 +564,16 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
         stated = closing_answer(sentence)
         if stated:
             return stated, _MATH
+    subject = leading_expression(sentence) if re.match(r"[-−]?\d", sentence) else None
+    if subject:
+        verb = next((v for v in _outside_math(sentence, _STATES) if v.start() >= len(subject)), None)
+        if verb and verb.group(0) not in ("=", ":") and re.fullmatch(r"[^\W\d_\s]*[ \t]+(?:[^\W\d_]+[ \t]+)*",
+                                                                      sentence[len(subject):verb.start()]) \
+                and re.search(r"\d", sentence[verb.end():]):
+            # a number, what it counts, a verb, a value: "6 apples cost $2.70", "6 Äpfel kosten 2,70 €"
+            stated = closing_answer(sentence, problem)
+            if stated:
+                return stated, _EXPRESSION
     if "\\" in sentence:  # LaTeX without $: take it whole
         return sentence.rstrip(".").strip() or None, _MATH
     roots = _values_of_one_name(sentence)
@@ -560,6 +588,17 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
         other = _OTHER_VALUE.search(sentence)
         if other:  # "104 hours (possibly 44)": two answers
             return f"{expr}, {other.group(1)}", _EXPRESSION
+        rounded = re.match(r"[ \t]*(?:≈|\\approx|~)[ \t]*", sentence[len(expr):]) if sentence.startswith(expr) else None
+        if rounded and _in_problem(expr, problem) and leading_expression(sentence[len(expr) + rounded.end():]):
+            # "57/160 ≈ 0.356" for "Convert 57/160 to a decimal": the problem's own number, then the answer
+            sentence = sentence[len(expr) + rounded.end():].lstrip()
+            expr = leading_expression(sentence)
+        variable = re.fullmatch(r"[ \t]+([A-Za-z])[ \t]*", sentence[len(expr):]) if sentence.startswith(expr) else None
+        if variable and re.fullmatch(r"[-−]?\d+(?:\.\d+)?", expr) and _problem_variable(variable.group(1), problem):
+            expr += variable.group(1)  # "2 k" for "Express ... in terms of $k$": the product 2k, not 2 and a unit
+        alternative = _OR_VALUE.match(sentence, len(expr)) if sentence.startswith(expr) else None
+        if alternative and not _same_number(expr, alternative.group(1)):
+            return f"{expr}, {alternative.group(1)}", _EXPRESSION  # "70 holes or 91 holes": two answers, none
         return _with_unit(_with_half_day(expr, sentence), sentence.strip(), 0), _EXPRESSION
     # prose first ("approximately 18 dollars"): the first expression that starts with a number after
     # the sentence's verb ("The 50th term is 2"), never an ordinal
@@ -574,13 +613,39 @@ def _phrase_answer(rest: str) -> tuple[str | None, str]:
     return sentence.rstrip(".").strip().strip("\"'“”‘’*_").strip() or None, _WORDS
 
 
+def _in_problem(expr: str, problem: str | None) -> bool:
+    """Whether the number or fraction ``expr`` (``57/160``, ``0.45``) is one the problem statement writes, in
+    math or not (``$\\frac{57}{160}$``): the problem's own number, not a result."""
+    if not problem or not re.fullmatch(r"-?\d+(?:\.\d+)?(?:[ \t]*/[ \t]*\d+)?", expr):
+        return False
+    text = re.sub(r"\\[dt]?frac\{(\d+)\}\{(\d+)\}", r"\1/\2", normalise_unicode(problem))
+    numbers = re.findall(r"(?<![\d.])-?\d+(?:\.\d+)?(?:[ \t]*/[ \t]*\d+)?", text)
+    return re.sub(r"\s", "", expr) in {re.sub(r"\s", "", n) for n in numbers}
+
+
+def _problem_variable(letter: str, problem: str | None) -> bool:
+    """Whether ``letter`` stands alone as a variable in the problem's math (``$k$``, ``$(h,k)$``)."""
+    return bool(problem) and any(re.search(rf"(?<![A-Za-z\\]){letter}(?![A-Za-z])", content)
+                                 for _, _, content in math_segments(problem))
+
+
+def _same_number(a: str, b: str) -> bool:
+    """Whether two plain numbers (``1/2``, ``0.5``, ``70``) are one value; False for anything else."""
+    try:
+        return Fraction(a.replace(",", "")) == Fraction(b.replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return False
+
+
 def _values_of_one_name(sentence: str) -> str | None:
-    """``"2, 7"`` for "x = 2 and x = 7" (values of one name joined by "," / "and" / "or"); ``"x = 15, y = -29"``
+    """``"2, 7"`` for "x = 2 and x = 7" (values of one name joined by "," / "and" / "or", each a number or
+    an expression: "x = 1 + √19 and x = 1 − √19"); ``"x = 15, y = -29"``
     for "x = 15 and y = -29" (values of different names, one each: a point's coordinates, kept named for
     the grader to order); else None."""
     parts = re.split(r"[ \t]*(?:,[ \t]*(?:and|or)?|\band\b|\bor\b)[ \t]*", sentence.rstrip(". "))
-    named = [re.fullmatch(r"[ \t]*([A-Za-z])[ \t]*=[ \t]*(-?[\d.]+(?:/\d+)?)[ \t]*", p) for p in parts]
-    if len(parts) < 2 or not all(named):
+    named = [re.fullmatch(r"[ \t]*([A-Za-z])[ \t]*=[ \t]*([^=]*?)[ \t]*", p) for p in parts]
+    # each value one expression whole: "n = −2", "x = 1 + √19"
+    if len(parts) < 2 or not all(m and m.group(2) and leading_expression(m.group(2)) == m.group(2) for m in named):
         return None
     names = [m.group(1) for m in named]
     if len(set(names)) == len(names) and " or " not in sentence:
@@ -620,7 +685,8 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
     A model that writes ``#### 18`` and goes on to invent a new problem ending in ``#### 7``
     answered 18: the first ``####`` closes the solution. So does a new question after a stated
     answer: a line opening ``Question:``, ``Q:`` or ``Problem 2:`` (the few-shot layout models
-    continue) once "the answer is X" or a box came before it; and, once a number came before it, a
+    continue) once "the answer is X" or a box came before it, or once a number came before it and an
+    ``Answer:`` follows it (a new question and answer pair: the next sample); and, once a number came before it, a
     line opening an exercise or an offer of the model's own ("Follow-up question:", "Try it
     yourself:", "Next question:", "Would you like me to ..."), unless a computation follows its colon
     at once ("Extra widgets: 15 × 720 = 10,800." is a step). Without these the text is whole.
@@ -641,7 +707,10 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
             break
     for question in _NEXT_QUESTION.finditer(text):
         before = text[:question.start()]
-        if _ANSWER_PHRASE.search(before) or _ANSWER_LABEL.search(before) or _BOX_CMD.search(before):
+        after = text[question.end():]
+        answered_after = re.search(r"\d", before) and (_ANSWER_LABEL.search(after) or _ANSWER_PHRASE.search(after))
+        if _ANSWER_PHRASE.search(before) or _ANSWER_LABEL.search(before) or _BOX_CMD.search(before) or answered_after:
+            # a new question/answer pair after the solution's work is the next few-shot sample, answered or not
             return before, (m if m and m.end() <= question.start() else None)
     return text, m
 
@@ -795,7 +864,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         for m in reversed(statements):
             if m.start() < anchor:
                 break
-            ans, how = _phrase_answer(text[m.end():])
+            ans, how = _phrase_answer(text[m.end():], problem, language_of(m.group(0)))
             if ans and how in (_MATH, _EXPRESSION):
                 return ans, text
     if boxed:
@@ -805,7 +874,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     for m in reversed(statements):
         if _doubted(text[m.end():]):
             continue  # "## Final Answer\n$720 - 576 = 144$? Recounting gives ...": the model doubts it
-        ans, _ = _phrase_answer(text[m.end():])
+        ans, _ = _phrase_answer(text[m.end():], problem, language_of(m.group(0)))
         if ans:
             return _retracted(text, m.end(), problem) or ans, text
     if _ends_in_loop(text) or _cut_off(text):
@@ -899,7 +968,10 @@ _STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bm
                      r"\b(?:that|it|this|which|here|there)['’]s\b|\b(?:works?|comes?)[ \t]+(?:out[ \t]+)?to\b|"
                      r"\b(?:amounts|simplifies|reduces)[ \t]+to\b|\byields\b|\b(?:giving|yielding)\b|"
                      r"\bresult(?:s|ing)[ \t]+in\b|"
-                     r"\bbelongs[ \t]+to\b|=|"
+                     r"\bbelongs[ \t]+to\b|\bcosts?\b|=|"
+                     # the same verbs in French, Spanish, Portuguese, German and Italian: "6 Äpfel kosten 2,70 €"
+                     r"\b(?:est|sont|fait|font|vaut|coûtent|coûte|es|son|cuesta|cuestan|hace|é|são|custa|custam|ist|sind|"
+                     r"beträgt|kostet|kosten|macht|ergibt|è|sono|costa|costano|fa)\b|"
                      r"(?<!\d):(?=\s)",
                      re.IGNORECASE)
 # an aside in brackets after the answer: "(For comparison, a full serving is 60 g.)"
@@ -933,6 +1005,12 @@ _NOT_NAMES = frozenset("The This That It He She They We You Each Every Both All 
                         "Therefore Hence Then Now Here There".split())
 # another value offered in brackets after the answer
 _OTHER_VALUE = re.compile(r"\((?:possibly|perhaps|maybe|or)[ \t]+\\?\$?(-?\d[\d.,]*)", re.IGNORECASE)
+# another value offered after the answer, in its unit or none: "70 holes or 91 holes", "$30^\circ$, although
+# $150^\circ$ is also possible"
+_OR_VALUE = re.compile(r"(?:[ \t]+[^\W\d_]+)?[ \t]*,?[ \t]+or[ \t]+\\?\$?(-?\d[\d.,]*(?:/\d+)?)(?![\d/])")
+_ALSO_POSSIBLE = re.compile(r"[ \t]*,?[ \t]*(?:although|though|but|while|and|or)[ \t]+(?:[^.$\n]*?[ \t])?\$([^$]+)\$[^.\n]*?"
+                            r"\b(?:is|are|would[ \t]+be|could[ \t]+be|might[ \t]+be|may[ \t]+be)[ \t]+(?:also[ \t]+)?"
+                            r"(?:possible|valid|correct|acceptable|an?[ \t]+(?:answer|solution|option))", re.IGNORECASE)
 # the reason given after a stated answer, and a hedge between two values
 _REASON = re.compile(r"\s*,?\s+(?:because|since)\b.*$", re.IGNORECASE | re.S)
 _HEDGE = re.compile(r"\beither\b[^\d]*?(-?\d[\d.,]*\d|\d)\b.*?\bor\b[^\d]*?(-?\d[\d.,]*\d|\d)\b", re.IGNORECASE)
@@ -1264,8 +1342,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             else plain
         clause = _main_clause(clause)  # "so, with 12 tickets at 4 a ride, she can go 3 times": its main clause
         found = []  # (start, expression, its span as written) of each expression in the clause, in order
-        # each starts at a number (or the brackets before it), or at a variable that an inequality bounds ("t < -2")
-        for num in re.finditer(r"(?<![A-Za-z0-9_.([])(?:[([][ \t]*)*[-−]?\d|(?<![\w\\])[A-Za-z](?=[ \t]*[<>≤≥])",
+        # each starts at a number (or the brackets before it, or a root: "-√3 < x < √3"), or at a variable that an
+        # inequality bounds ("t < -2")
+        for num in re.finditer(r"(?<![A-Za-z0-9_.([])(?:[([][ \t]*)*[-−]?√?\d|(?<![\w\\])[A-Za-z](?=[ \t]*[<>≤≥])",
                                clause):
             if found and num.start() < found[-1][0] + found[-1][2] or re.search(r"\d,$", clause[:num.start()]):
                 continue  # within the last one ("8,000": its 000; "2 hours and 40 minutes": its 40)
@@ -1275,6 +1354,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         # a number the question itself gives is no answer to it ("multiply 10 by 1.5" for "By what number
         # should he multiply $10$?", "the 400-meter hurdles in 36 seconds"), while another remains
         found = [f for f in found if not _given(clause, f[0], f[1], question)] or found
+        # the problem's own number before its rounding: "57/160 ≈ 0.356" for "Convert 57/160 to a decimal"
+        found = [f for f in found if not (_in_problem(f[1], problem) and
+                                          re.match(r"[ \t]*(?:≈|\\approx|~)[ \t]*\S", clause[f[0] + len(f[1]):]))] or found
         counted = [(start, expr) for start, expr, _ in found
                    if (noun and counts(clause[start + len(expr):], noun))
                    or (unit and unit_key(measure_after(clause[start + len(expr):]) or "") == unit)]

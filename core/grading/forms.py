@@ -57,9 +57,11 @@ def _repeating_fraction(m: re.Match) -> str:
 
 
 def choice_letter(s: str) -> str | None:
-    """The letter of a multiple-choice answer: ``(C)``, ``C``, ``(C) Plane``, ``(B) 9``; None for anything else."""
-    m = re.fullmatch(r"\(?([A-E])\)?(?:\s+[A-Za-z ]+|(?<=\))\s+\S.*)?", s.strip())
-    return m.group(1) if m and (s.strip().startswith("(") or len(s.strip()) == 1) else None
+    """The letter of a multiple-choice answer: ``(C)``, ``C``, ``(C) Plane``, ``(B) 9``, ``option B``,
+    ``choice (B)``; None for anything else."""
+    s = re.sub(r"^(?:option|choice)\s+(?=\(?[A-E]\)?$)", "", s.strip(), flags=re.IGNORECASE)
+    m = re.fullmatch(r"\(?([A-E])\)?(?:\s+[A-Za-z ]+|(?<=\))\s+\S.*)?", s)
+    return m.group(1) if m and (s.startswith("(") or len(s) == 1) else None
 
 
 def option_value(s: str) -> str | None:

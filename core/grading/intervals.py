@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["as_intersection", "as_union"]
+__all__ = ["as_intersection", "as_union", "unsolved_inequality"]
 
 _LESS = {"<": "<", "\\lt": "<", "\\le": "<=", "\\leq": "<=", "\\leqslant": "<=",
          ">": ">", "\\gt": ">", "\\ge": ">=", "\\geq": ">=", "\\geqslant": ">="}
@@ -132,3 +132,21 @@ def as_intersection(s: str) -> str | None:
         return None
     return ("[" if lo_closed else "(") + left.split(",")[0].strip("[( ") + "," + \
         right.split(",")[1].strip(")] ") + ("]" if hi_closed else ")")
+
+
+_RELATION_SIGN = re.compile(rf"{_REL}|≤|≥")
+
+
+def unsolved_inequality(item: str) -> bool:
+    """Whether ``item`` is an inequality that no lone variable is bounded by: ``x^2-5x+6>0``, ``2x-7 \\ge 1``
+    (a condition still to solve, which math-verify would read as the set it describes); False for a
+    solved one (``x > 2``, ``0 < t \\le 4``, ``2 \\le x``, ``|x| < \\sqrt{3}``) and for anything without a
+    relation sign."""
+    if not _RELATION_SIGN.search(item) or _interval_of(item) is not None:
+        return False
+    sides = [side.strip() for side in _RELATION_SIGN.split(item) if side is not None and side.strip()
+             and not _RELATION_SIGN.fullmatch(side.strip())]
+    # a variable's absolute value counts as solved too: |x| < \\sqrt{3}
+    bare = [re.sub(r"\\(?:left|right)(?=\|)|\\[lr]vert|\|", "", side).strip() for side in sides]
+    return not any(re.fullmatch(_VAR + r"(?:_\{?\w+\}?)?", side) for side in bare)
+

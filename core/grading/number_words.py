@@ -1,5 +1,6 @@
 """Numbers written in English words, as models write answers: "twenty-one", "One hundred twenty",
-"three units", "eighteen dollars"; and one-word numbers of five other languages ("seis días").
+"three units", "eighteen dollars"; and numbers of five other languages ("seis días", "quatre-vingt-dix"),
+read by text2num in the language a sentence is written in.
 
 Only whole numbers from zero to the billions in the usual short scale, with hyphens or spaces
 between the words and an optional "and" after a hundred ("one hundred and five"), and fractions
@@ -11,6 +12,8 @@ quarter": words a grader must not read as numbers).
 from __future__ import annotations
 
 import re
+
+from text_to_num import text2num
 
 _ONES = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
@@ -112,12 +115,75 @@ _FOREIGN = {
 _FOREIGN_RUN = re.compile(r"(?<![\w-])(?:%s)(?![\w-])" % "|".join(sorted(_FOREIGN, key=len)[::-1]), re.IGNORECASE)
 
 
-def digits_for_words(text: str) -> str:
+# Short words frequent in each language and rare in the others (and in English), to tell which language a
+# sentence is in: "La vitesse moyenne du train est de quatre-vingt-dix km/h." is French
+_STOPWORDS = {
+    "fr": set("le la les est et des du une pour avec sont dans il elle qui au aux donc chaque réponse font coûte "
+              "coûtent reste total".split()),
+    "es": set("el los las es y por para una del con cada son hay cuesta cuestan respuesta entonces quedan".split()),
+    "pt": set("o os é do da dos das um uma com não são cada resposta então custa custam ficam".split()),
+    "de": set("der das und ist sind ein eine mit für von dem im jede jeder kostet kosten antwort insgesamt "
+              "bleiben wir sie nicht auch gibt".split()),
+    "it": set("il lo gli è di della sono che ogni costa costano risposta quindi rimangono".split()),
+}
+_ENGLISH = set("the is are and of to in so we that it this for with each then there has have was were".split())
+_ANSWER_WORDS = {"réponse", "respuesta", "resposta", "antwort", "risposta"}
+# a lone word that is also a common word of its language: "sei" (you are), "neuf" (new)
+_AMBIGUOUS = {"it": {"sei"}, "fr": {"neuf"}}
+_WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")  # a word; a hyphenated compound is one
+
+
+def language_of(text: str) -> str | None:
+    """The language ``text`` is written in, when its short words show one (two of them, or the word for
+    "answer"): ``"fr"``, ``"es"``, ``"pt"``, ``"de"`` or ``"it"``; None for English (as many English short
+    words), or where two languages score alike or too few words show one."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    # the word for "answer" counts twice: "Respuesta: seis días" is Spanish
+    scores = {lang: sum((w in stop) * (1 + (w in _ANSWER_WORDS)) for w in words) for lang, stop in _STOPWORDS.items()}
+    best = max(scores.values())
+    leaders = [lang for lang, score in scores.items() if score == best]
+    english = sum(w in _ENGLISH for w in words)
+    return leaders[0] if best >= 2 and len(leaders) == 1 and best > english else None
+
+
+def _foreign_digits(text: str, lang: str) -> str:
+    """``text`` with each longest run of words that text2num reads as a cardinal number in ``lang``
+    replaced by its digits ("quatre-vingt-dix km/h" -> "90 km/h", "treinta y dos" -> "32"); a lone word
+    for one stays (it is an article as often: "un train", "una manzana"), and so does a lone word that
+    is also a common word of the language ("sei", "neuf"). Ordinals stay: text2num reads none."""
+    words = list(_WORD.finditer(text))
+    out, written, i = [], 0, 0
+    while i < len(words):
+        longest = None  # (index of the run's last word, its value)
+        for j in range(i, min(i + 8, len(words))):
+            if j > i and text[words[j - 1].end():words[j].start()].strip(" \t"):
+                break  # a run has only spaces between its words
+            try:
+                longest = (j, text2num(text[words[i].start():words[j].end()], lang))
+            except ValueError:
+                if j == i:
+                    break  # "vingt et" is no number, "vingt et un" is: only a first word that fails ends the run
+        lone = longest and longest[0] == i
+        if longest is None or (lone and (longest[1] == 1 or words[i].group(0).lower() in _AMBIGUOUS.get(lang, ()))):
+            i += 1
+            continue
+        out += [text[written:words[i].start()], str(longest[1])]
+        written, i = words[longest[0]].end(), longest[0] + 1
+    return "".join(out) + text[written:]
+
+
+# an amount in dollars and cents: "5 dollars and 40 cents" (from "five dollars and forty cents") is 5.40 dollars
+_DOLLARS_AND_CENTS = re.compile(r"\b(\d+)[ \t]+dollars?,?[ \t]+and[ \t]+(\d{1,2})[ \t]+cents?\b", re.IGNORECASE)
+
+
+def digits_for_words(text: str, lang: str | None = None) -> str:
     """``text`` with every run of number words that spells a number replaced by its digits
     ("makes eighteen dollars" -> "makes 18 dollars"); a lone "one" stays (it is a pronoun as often:
     "one of them", "the one") unless a word of quantity comes before it ("exactly one of them") or a
     comparative after it ("she needs one more dollar"), and
-    so does a number that picks items out ("the first two terms", "the other three")."""
+    so does a number that picks items out ("the first two terms", "the other three"); dollars and cents
+    are one amount ("five dollars and forty cents" -> "5.40 dollars"). Numbers of another language are read
+    in ``lang`` (``"fr"``, ...), else in the language the text shows (:func:`language_of`)."""
     def replace(m: re.Match) -> str:
         value = spelled_number(m.group(0))
         before = m.string[:m.start()]
@@ -132,5 +198,10 @@ def digits_for_words(text: str) -> str:
 
     text = _FRACTION.sub(fraction, text)
     text = NUMBER_RUN.sub(replace, text)
-    text = _FOREIGN_RUN.sub(lambda m: str(_FOREIGN[m.group(0).lower()]), text)
+    lang = lang or language_of(text)
+    if lang:  # a sentence in another language: its numbers, compounds too ("vingt et un", "dreiundzwanzig")
+        text = _foreign_digits(text, lang)
+    else:  # no language shown: only the one-word numbers that no language reads otherwise
+        text = _FOREIGN_RUN.sub(lambda m: str(_FOREIGN[m.group(0).lower()]), text)
+    text = _DOLLARS_AND_CENTS.sub(lambda m: f"{m.group(1)}.{int(m.group(2)):02d} dollars", text)
     return re.sub(r"\b(?:minus|negative)[ \t]+(?=\d)", "-", text, flags=re.IGNORECASE)  # "minus three" -> -3
