@@ -75,7 +75,11 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # under a label, decimal commas, bases as subscripts, sqrt(13), "all x with x > 5", an unsolved condition
          # is no interval, a few-shot pair after the work, "X or Y" hedges (a value restated is none), labels in
          # other languages, a choice quoting its option, roots named as expressions, dollars and cents, "2 k"
-         "languages-hedges-solved"}
+         "languages-hedges-solved",
+         # "10,080", a computation as a sentence's subject, answer phrases, corrections and hedges in other languages,
+         # "also a reasonable answer", the problem's expression restated, align displays, dots grouping thousands,
+         # R$, choices after an arrow or as a bare letter, a pair in brackets, cents where the problem counts dollars
+         "foreign-phrases-choices"}
 
 
 def _rows() -> list[dict]:

@@ -57,6 +57,7 @@ from .extract import _THOUSANDS_RUN, ascii_relations, normalise_unicode
 from .forms import choice_letter, column_as_tuple, exact_forms, in_base, option_value
 from .intervals import as_intersection, as_union, unsolved_inequality
 from .mv_worker import MathVerifyProcess
+from .question import question_of
 from .units import DIMENSIONS, MEASURES, SHORT_UNITS, asked_unit, compound_values, named_units, unit_key
 
 __all__ = ["answers_equivalent", "canonical_answer", "grade", "Grade", "grading_stats", "problem_variables",
@@ -237,6 +238,13 @@ def _currency(ans: str) -> str | None:
     return "dollars" if _DOLLARS.search(ans) else None
 
 
+def _in_dollars(problem: str | None) -> bool:
+    """Whether a problem counts money in dollars and its question does not ask for cents: "$5 a day ...
+    How much money does she save?" (a gold without a unit is then in dollars, the GSM8K convention)."""
+    return bool(problem) and bool(re.search(r"\$\s*\d|\bdollars?\b", problem)) and \
+        not re.search(r"\bcents?\b|¢", question_of(problem), re.IGNORECASE)
+
+
 # a function written in plain text ("cos x / sin x") is LaTeX's, and one applied to a lone term without
 # brackets applies to that term only: \cos x / \sin x is (\cos x)/(\sin x), as a reader takes it
 _PLAIN_FUNCTION = re.compile(r"(?<![\\A-Za-z])(arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|cot|sec|csc|ln|log|exp)"
@@ -372,7 +380,7 @@ def _interval_like(gold: str) -> bool:
     return "\\cup" in bare or bool(re.fullmatch(r"[\[(][^\[\]()]*,[^\[\]()]*[\])]", bare))
 
 
-_DECIMAL_COMMA = re.compile(r"(-?\d+),(\d{1,2}|\d{4,})(?![\d,])|(-?0),(\d{3})(?![\d,])")
+_DECIMAL_COMMA = re.compile(r"(?<![\d.,])(?:(-?\d+),(\d{1,2}|\d{4,})|(-?0),(\d{3}))(?![\d,])")
 
 
 def _decimal_comma(pred: str, gold: str) -> str:
@@ -735,17 +743,20 @@ def _gold_reading(gold: str, variables: frozenset[str] | None) -> tuple[dict, bo
 
 
 # an expression still to be worked out: operands joined by an operator, a root, a binomial coefficient
-_UNWORKED = re.compile(r"[\w})]\s*(?:[-+*/^]|\\times|\\cdot|\\div)\s*[\w{(\\]|\\sqrt|\\d?binom")
+_UNWORKED = re.compile(r"[\w})]\s*(?:[-+*/^]|\\times|\\cdot|\\div)\s*[\w{(\\]|\\sqrt|\\d?binom|\\log|\\ln|\\lceil|\\lfloor")
 
 
 def _restates(pred: str, problem: str) -> bool:
     """Whether ``pred`` is an expression of the problem statement itself, not worked out (``2 + 3`` for
-    "What is 2 + 3?", ``\\dbinom{8}{4}`` for "Compute $\\dbinom{8}{4}$", an unreduced fraction for
+    "What is 2 + 3?", ``\\dbinom{8}{4}`` for "Compute $\\dbinom{8}{4}$", ``\\log_2 64`` for "Evaluate $\\log_264$",
+    an unreduced fraction for
     "Simplify $\\frac{84}{144}$"): a path cut off while it
     restates the question answers nothing, though math-verify would evaluate it to the gold."""
     key = canonical_answer(pred)
     unreduced = any(math.gcd(int(a), int(b)) > 1 for a, b in re.findall(r"\\frac\{(\d+)\}\{(\d+)\}", pred))
-    return len(key) >= 3 and bool(unreduced or _UNWORKED.search(pred)) and key in _problem_key(problem)
+    # braces do not matter: \lceil{\sqrt{20}}\rceil^2 in the problem is \lceil \sqrt{20} \rceil^2 in the answer
+    return len(key) >= 3 and bool(unreduced or _UNWORKED.search(pred)) and \
+        re.sub(r"[{}]", "", key) in re.sub(r"[{}]", "", _problem_key(problem))
 
 
 @functools.lru_cache(maxsize=256)
@@ -785,6 +796,8 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
             return Grade(False, reading, timed_out)
         if _currency(str(pred)) and _currency(str(gold)) and _currency(str(pred)) != _currency(str(gold)):
             return Grade(False, reading, timed_out)  # $5.40 is not 5.4 cents
+        if _currency(str(pred)) == "cents" and not _currency(str(gold)) and _in_dollars(problem):
+            return Grade(False, reading, timed_out)  # "20 cents" where the problem counts its money in dollars
         pred_s = _decimal_comma(_prepare(pred), gold_s)
         if canonical_answer(pred_s) == canonical_answer(gold_s):
             return Grade(True, reading, timed_out)

@@ -32,14 +32,24 @@ _BOX_CMD = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # A number with thousands separators: groups of three digits after a first group of one to three,
 # the whole run of digits and commas (``27,54,108,135`` has a group of two: it is a list, and so
 # are all its commas; ``1,2`` is a list of solutions).
-_THOUSANDS_RUN = re.compile(r"(?<!\d)(?<!\d,)[1-9]\d{0,2}(?:,\d{3})+(?!,?\d)")  # "0,356" is no thousands
+# "0,356" is no thousands (a leading zero), nor is a pair in brackets alone: "(12,102)" is an interval's ends
+_THOUSANDS_BODY = r"[1-9]\d{0,2}(?:,\d{3})+(?!,?\d)"
+_THOUSANDS_RUN = re.compile(rf"(?<!\d)(?<!\d,)(?:(?<![(\[]){_THOUSANDS_BODY}|{_THOUSANDS_BODY}(?![)\]]))")
 # LaTeX's thousands separators in a number (``70{,}000``, ``10,\!080``) and a space between groups of
 # three (``95 200``, the SI style; NFKC made thin and no-break spaces plain), read as a plain comma
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!)[ ]?(?=\d{3}(?!\d))")
 _SPACED_THOUSANDS = re.compile(r"(?<![\d,.])\d{1,3}(?: \d{3})+(?![\d,]| \d)")
 
-_ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual|true|real|corrected|revised|final)\s+)?answer)"
-                            r"\s*(?:is\b|:)\s*:?", re.IGNORECASE)
+_ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual|true|real|corrected|revised|final)\s+)?answer"
+                            r"|the\s+(?:correct|right|best)\s+(?:choice|option))"
+                            r"\s*(?:is\b|:)\s*:?"
+                            # the same in French, Spanish, Portuguese, German, Italian, Russian and Chinese
+                            r"|\b(?:la\s+(?:bonne\s+)?réponse(?:\s+finale)?\s+est|la\s+respuesta(?:\s+(?:final|correcta))?\s+es"
+                            r"|a\s+resposta(?:\s+(?:final|correta))?\s+é|die\s+(?:richtige\s+|endgültige\s+)?antwort\s+(?:ist|lautet)"
+                            r"|ist\s+die\s+(?:richtige\s+)?antwort(?:\s+eigentlich)?"
+                            r"|la\s+risposta(?:\s+(?:finale|corretta))?\s+è)(?![\w])\s*:?"
+                            r"|(?:(?<![\w])(?:правильный\s+|окончательный\s+)?ответ(?:\s*[:：—]|\s+(?=[-\d])))|答案(?:其实|实际上|应该|可能)?(?:是|为)[:：]?",
+                            re.IGNORECASE)
 # A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case, and the label in
 # French, Spanish, Portuguese, German, Italian, Russian and Chinese ("Réponse : 12", "答案：12"); or a heading
 # "**Final Answer**" / "### Final Answer" alone on its line, the answer on the lines after it.
@@ -70,7 +80,7 @@ _FOLLOW_UP = re.compile(r"^[ \t>*_#-]*(?:(?:next|new|another|related|similar|bon
 _END_TOKEN = re.compile(r"<\|(?:endoftext|im_end|eot_id|end_of_text|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>")
 # A number as written in prose: digits (thousands groups kept together, see _THOUSANDS_RUN), a
 # decimal part, an exponent (``4e-3``).
-_NUMBER = re.compile(r"(?:[1-9]\d{0,2}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
+_NUMBER = re.compile(r"(?:(?<![(\[])[1-9]\d{0,2}(?:,\d{3})+(?!,?\d)|[1-9]\d{0,2}(?:,\d{3})+(?!,?\d)(?![)\]])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?![A-Za-z]))?|\.\d+")
 _WORD = re.compile(r"[A-Za-z]+")
 _OPERATORS = "+-*/^×÷·−<>≤≥≠±∓∪∩"
 _SIGNS = "-+−±∓"
@@ -305,8 +315,13 @@ def gsm8k_hash_answer(text: str) -> str | None:
     return ans or None
 
 
+_DISPLAY_ENV = re.compile(r"\\begin\{((?:align|equation|gather|multline|eqnarray)\*?)\}")
+
+
 def math_segments(text: str, start: int = 0) -> list[tuple[int, int, str]]:
-    """Inline and display math in ``text`` from ``start``: ``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``.
+    """Inline and display math in ``text`` from ``start``: ``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``,
+    and display environments (``\\begin{align*} ... \\end{align*}``, ``equation``, ``gather``: their rows
+    joined, alignment marks dropped).
 
     An escaped dollar (``\\$18.90``, currency) is text inside or outside math, never a delimiter; so is
     an unescaped one that can only be money (:func:`_currency_sign`: ``$80,000 + $50,000``).
@@ -328,6 +343,16 @@ def math_segments(text: str, start: int = 0) -> list[tuple[int, int, str]]:
                 continue
             out.append((i, end + 2, text[i + 2:end].strip()))
             i = end + 2
+            continue
+        env = _DISPLAY_ENV.match(text, i) if ch == "\\" else None
+        if env:  # \begin{align*} ... \end{align*}: display math, its rows one chain (a &= b \\ &= c is a = b = c)
+            close = text.find("\\end{" + env.group(1) + "}", env.end())
+            if close < 0:
+                i = env.end()
+                continue
+            rows = re.sub(r"\\\\(?:\[[^\]]*\])?", " ", text[env.end():close]).replace("&", "")
+            out.append((i, close + len(env.group(1)) + 6, " ".join(rows.split()).rstrip(".,")))
+            i = close + len(env.group(1)) + 6
             continue
         if ch == "\\":
             i += 2
@@ -461,7 +486,7 @@ def leading_expression(text: str) -> str | None:
 
 
 # a multiple-choice letter in brackets, alone or before its option's text
-_CHOICE = re.compile(r"[*_]*\\?\(\s*([A-E])\s*\\?\)[*_]*(?=[\s.,;:]|$)")
+_CHOICE = re.compile(r"[*_]*(?:\\?\(\s*([A-E])\s*\\?\)|([A-E])(?=[ \t]+\())[*_]*(?=[\s.,;:]|$)")
 
 
 # a number with a scale word ("$1.45 million", "70 thousand"), a temperature "below zero", an interval
@@ -527,7 +552,8 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     if choice:  # a choice letter, perhaps with its option's value: "(B) 9", "(B) $3(1+r/10)^x=7$"
         option = re.match(r"[ \t]*(?:\$([^$\n]+)\$|(\S.*?))[ \t]*(?:[.*_]*[ \t]*$|[.*_]*\n|\.[ \t])", body[choice.end():])
         value = option and (option.group(1) or leading_expression(option.group(2)))
-        return f"({choice.group(1)}) {value.strip()}" if value else f"({choice.group(1)})", _EXPRESSION
+        letter = choice.group(1) or choice.group(2)  # "(B) 9", or "B ($x = 4$)"
+        return f"({letter}) {value.strip()}" if value else f"({letter})", _EXPRESSION
     segments = math_segments(body)
     if segments and segments[0][0] == 0:
         parts = [segments[0][2]]
@@ -555,10 +581,13 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
         return None, _WORDS
     if "\\" not in sentence:
         sentence = digits_for_words(sentence, lang)  # "she needs three more boxes", "a half"
-    either = re.match(r"either[ \t]+(.+?)[ \t]+or[ \t]+(.+?)(?:[ \t]+(?:depending|if|when)\b|[,;]|$)", sentence,
-                      re.IGNORECASE)
-    if either:  # "either 98 or \"not possible\"": a hedge between two answers names no single one
-        return f"{either.group(1).strip()}, {either.group(2).strip()}", _EXPRESSION
+    if (lang or language_of(sentence)) in ("es", "pt", "de", "it"):  # "La respuesta es 1.128.": dots group thousands there
+        sentence = re.sub(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)", lambda m: m.group(0).replace(".", ""), sentence)
+    either = re.match(r"(?:either|entweder)[ \t]+(.+?)[ \t]+(?:or|oder)[ \t]+(.+?)(?:[ \t]+(?:depending|if|when|je)\b|[,;]|$)"
+                      r"|soit[ \t]+(.+?),?[ \t]+soit[ \t]+(.+?)(?:[ \t]+(?:selon|si)\b|[,;]|$)", sentence, re.IGNORECASE)
+    if either:  # "either 98 or \"not possible\"", "soit 3, soit 7": a hedge between two answers names no single one
+        first, second = [g for g in either.groups() if g is not None]
+        return f"{first.strip()}, {second.strip()}", _EXPRESSION
     if math_segments(sentence) and _outside_math(sentence, _STATES):
         # a sentence under the label: "The measure of $\\alpha$ is $145^\\circ$." states its answer
         stated = closing_answer(sentence)
@@ -849,6 +878,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     if not text:
         return None, ""
     text = _LATEX_THOUSANDS.sub(",", normalise_unicode(text))
+    text = re.sub(r"\b(?:R|US|C|A)\$[ \t]*(?=\d)", "", text)  # reais and other dollars' signs: "R$ 21,00" is 21,00
     text = _THAT_IS_ABBREVIATION.sub("that is,", text)
     text = ascii_relations(text)
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
@@ -948,7 +978,8 @@ def _retracted(text: str, end: int, problem: str | None) -> str | None:
 
 
 # A conclusion's verb or sign, after which its answer comes: "Therefore, the area is 12", "so x = 4"
-_CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence|meaning(?:[ \t]+that)?)\b", re.IGNORECASE)
+_CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence|meaning(?:[ \t]+that)?|(?:which|this|that)[ \t]+means(?:[ \t]+that)?)\b",
+                        re.IGNORECASE)
 # A check restates the computation with the answer put in; it answers nothing ("Check: 3(46) - 9 = 129 ✓")
 _CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$",
                     re.IGNORECASE)
@@ -1007,10 +1038,15 @@ _NOT_NAMES = frozenset("The This That It He She They We You Each Every Both All 
 _OTHER_VALUE = re.compile(r"\((?:possibly|perhaps|maybe|or)[ \t]+\\?\$?(-?\d[\d.,]*)", re.IGNORECASE)
 # another value offered after the answer, in its unit or none: "70 holes or 91 holes", "$30^\circ$, although
 # $150^\circ$ is also possible"
-_OR_VALUE = re.compile(r"(?:[ \t]+[^\W\d_]+)?[ \t]*,?[ \t]+or[ \t]+\\?\$?(-?\d[\d.,]*(?:/\d+)?)(?![\d/])")
+_OR_VALUE = re.compile(r"(?:[ \t]+[^\W\d_]+)?[ \t]*[,，]?[ \t]*(?:(?<=[ \t])(?:or|ou|o|oder|oppure|или)[ \t]+|也可能是[ \t]*)"
+                       r"\\?\$?(-?\d[\d.,]*(?:/\d+)?)(?![\d/])")
 _ALSO_POSSIBLE = re.compile(r"[ \t]*,?[ \t]*(?:although|though|but|while|and|or)[ \t]+(?:[^.$\n]*?[ \t])?\$([^$]+)\$[^.\n]*?"
                             r"\b(?:is|are|would[ \t]+be|could[ \t]+be|might[ \t]+be|may[ \t]+be)[ \t]+(?:also[ \t]+)?"
                             r"(?:possible|valid|correct|acceptable|an?[ \t]+(?:answer|solution|option))", re.IGNORECASE)
+# a second value offered as an answer too: "I get 28, but 8 is also a reasonable answer"
+_ALSO_ANSWER = re.compile(r"(-?\d[\d.,]*\d|\d)\b[^.\d]*?\b(?:but|although|though|while|or)\b[^.\d]*?(-?\d[\d.,]*\d|\d)\b[^.\d]*?"
+                          r"\b(?:is|are|would[ \t]+be|could[ \t]+be|might[ \t]+be|may[ \t]+be)[ \t]+also[ \t]+(?:an?[ \t]+)?"
+                          r"(?:reasonable|possible|valid|correct|acceptable|plausible)\b", re.IGNORECASE)
 # the reason given after a stated answer, and a hedge between two values
 _REASON = re.compile(r"\s*,?\s+(?:because|since)\b.*$", re.IGNORECASE | re.S)
 _HEDGE = re.compile(r"\beither\b[^\d]*?(-?\d[\d.,]*\d|\d)\b.*?\bor\b[^\d]*?(-?\d[\d.,]*\d|\d)\b", re.IGNORECASE)
@@ -1029,10 +1065,11 @@ _ABBREVIATION = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|Prof|Sr|Jr|vs|etc|approx|e\.g|
 _SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=[A-Z*$\\(])")
 
 
-_DISPLAY_BLOCK = re.compile(r"\\\[(?:(?!\\\]).)*?\n(?:(?!\\\]).)*?\\\]|\$\$[^$]*?\n[^$]*?\$\$", re.S)
+_DISPLAY_BLOCK = re.compile(r"\\\[(?:(?!\\\]).)*?\n(?:(?!\\\]).)*?\\\]|\$\$[^$]*?\n[^$]*?\$\$"
+                            r"|\\begin\{((?:align|equation|gather|multline|eqnarray)\*?)\}.*?\\end\{\1\}", re.S)
 
 
-_DISPLAY_LINE = re.compile(r"^\s*(?:\$\$.*\$\$|\\\[.*\\\])\s*$")
+_DISPLAY_LINE = re.compile(r"^\s*(?:\$\$.*\$\$|\\\[.*\\\]|\\begin\{(\w+\*?)\}.*\\end\{\1\})\s*$")
 
 
 def _display_lines_joined(lines: list[str]) -> list[str]:
@@ -1202,6 +1239,8 @@ def _statement(sentence: str) -> str:
 _CHECK_CLAUSE = re.compile(r"=[ \t]*\$?[ \t]*(?P<value>\d[\d,]*(?:\.\d+)?)[ \t]*\$?(?P<clause>,[ \t]*(?:making|giving|"
                            r"so(?:[ \t]+that)?|which[ \t]+(?:makes|gives)|and|confirming|check(?:ing)?:?)[ \t]+)"
                            r"\$?(?P<left>[^=$]+)\$?[ \t]*=", re.IGNORECASE)
+# a choice letter after an arrow at the end of a text: "... = 22 → B"
+_ARROW_CHOICE = re.compile(r"(?:→|=>|⇒|->)[ \t*_]*\(?([A-E])\)?[*_.]*[ \t]*$")
 # a "who ...?" question, and a name in bold that answers it in any language
 _ASKS_WHO = re.compile(r"\bwho(?:m|se)?\b")
 _BOLD_NAME = re.compile(r"\*\*([A-Z][a-z]+)\*\*")
@@ -1257,6 +1296,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     alone = _last_line_answer(sentences[-1]) if sentences else None
     if alone:
         return alone
+    arrow = _ARROW_CHOICE.search(sentences[-1]) if sentences and problem else None
+    if arrow and re.search(rf"(?:\({arrow.group(1)}\)|^{arrow.group(1)}[.)])", problem, re.MULTILINE):
+        return f"({arrow.group(1)})"  # "P = 2·8 + 2·3 = 22 → B": the option the result is
     named = _BOLD_NAME.search(sentences[-1]) if sentences and problem and _ASKS_WHO.search(question) else None
     if named and re.search(rf"\b{named.group(1)}\b", problem):
         return named.group(1)  # "**Navin** verdient am meisten.": the person a "who ...?" question asks for
@@ -1275,7 +1317,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         if conclusion and stated and stated[-1].end() <= conclusion.start() and \
                 re.search(r"\d", plain[conclusion.end():]):
             plain = plain[conclusion.end():]  # "... gives 2 plus 1, so the robe takes 3 bolts": the conclusion
-        hedge = _HEDGE.search(plain)
+        hedge = _HEDGE.search(plain) or _ALSO_ANSWER.search(plain)
         if hedge:
             return f"{hedge.group(1)}, {hedge.group(2)}"  # "either $125 (jewelry) or $96": two answers, none
         states = _outside_math(plain, _STATES)
@@ -1310,6 +1352,11 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             head = head[concluded[-1].end():] if concluded else head
             head = re.sub(r"^[\s,]*(?:then\b)?[\s,]*", "", head, flags=re.IGNORECASE)
             subject = leading_expression(head)
+            rest = head[len(subject):] if subject and head.startswith(subject) else ""
+            while subject and re.match(r"[ \t]*=[ \t]*", rest) and leading_expression(rest.split("=", 1)[1]):
+                # a computation as the subject: "20/2 = 12 loaves are sold" -- its value, the last one
+                subject = leading_expression(rest.split("=", 1)[1])
+                rest = rest.split("=", 1)[1].lstrip()[len(subject):]
             if ans and how in (_MATH, _EXPRESSION, _LATER_EXPRESSION):
                 if noun and how != _MATH and subject and re.match(r"-?\d", subject) and \
                         counts(head[len(subject):], noun) and not counts(after[after.find(ans) + len(ans):], noun):
