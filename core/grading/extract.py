@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-from .number_words import digits_for_words, language_of, spelled_number
+from .number_words import chinese_digits, digits_for_words, language_of, spelled_number
 from .question import counted_noun, counts, question_of
 from .units import asked_unit, measure_after, unit_key
 
@@ -580,7 +580,7 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     if not sentence:
         return None, _WORDS
     if "\\" not in sentence:
-        sentence = digits_for_words(sentence, lang)  # "she needs three more boxes", "a half"
+        sentence = digits_for_words(chinese_digits(sentence), lang)  # "she needs three more boxes", "a half", "二"
     if (lang or language_of(sentence)) in ("es", "pt", "de", "it"):  # "La respuesta es 1.128.": dots group thousands there
         sentence = re.sub(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)", lambda m: m.group(0).replace(".", ""), sentence)
     either = re.match(r"(?:either|entweder)[ \t]+(.+?)[ \t]+(?:or|oder)[ \t]+(.+?)(?:[ \t]+(?:depending|if|when|je)\b|[,;]|$)"
