@@ -79,7 +79,9 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # "10,080", a computation as a sentence's subject, answer phrases, corrections and hedges in other languages,
          # "also a reasonable answer", the problem's expression restated, align displays, dots grouping thousands,
          # R$, choices after an arrow or as a bare letter, a pair in brackets, cents where the problem counts dollars
-         "foreign-phrases-choices"}
+         "foreign-phrases-choices",
+         # an answer in bold first, then "Here's why:"; "A) 72 km/h"; "for a total of 30+40 = 70 minutes"
+         "totals-answer-first"}
 
 
 def _rows() -> list[dict]:

@@ -486,7 +486,7 @@ def leading_expression(text: str) -> str | None:
 
 
 # a multiple-choice letter in brackets, alone or before its option's text
-_CHOICE = re.compile(r"[*_]*(?:\\?\(\s*([A-E])\s*\\?\)|([A-E])(?=[ \t]+\())[*_]*(?=[\s.,;:]|$)")
+_CHOICE = re.compile(r"[*_]*(?:\\?\(\s*([A-E])\s*\\?\)|([A-E])(?=[ \t]+\()|([A-E])\))[*_]*(?=[\s.,;:]|$)")
 
 
 # a number with a scale word ("$1.45 million", "70 thousand"), a temperature "below zero", an interval
@@ -552,7 +552,7 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     if choice:  # a choice letter, perhaps with its option's value: "(B) 9", "(B) $3(1+r/10)^x=7$"
         option = re.match(r"[ \t]*(?:\$([^$\n]+)\$|(\S.*?))[ \t]*(?:[.*_]*[ \t]*$|[.*_]*\n|\.[ \t])", body[choice.end():])
         value = option and (option.group(1) or leading_expression(option.group(2)))
-        letter = choice.group(1) or choice.group(2)  # "(B) 9", or "B ($x = 4$)"
+        letter = next(g for g in choice.groups() if g)  # "(B) 9", "B ($x = 4$)", "A) 72 km/h"
         return f"({letter}) {value.strip()}" if value else f"({letter})", _EXPRESSION
     segments = math_segments(body)
     if segments and segments[0][0] == 0:
@@ -656,6 +656,17 @@ def _problem_variable(letter: str, problem: str | None) -> bool:
     """Whether ``letter`` stands alone as a variable in the problem's math (``$k$``, ``$(h,k)$``)."""
     return bool(problem) and any(re.search(rf"(?<![A-Za-z\\]){letter}(?![A-Za-z])", content)
                                  for _, _, content in math_segments(problem))
+
+
+def _chain_value(text: str) -> str | None:
+    """The value of the expression ``text`` starts with, after any ``=`` that follows it: ``"12"`` for
+    "20/2 = 12 loaves", ``"$450"`` for "$150 + $300 = $450"; None when it starts with none."""
+    value = leading_expression(text)
+    rest = text.strip()[len(value):] if value and text.strip().startswith(value) else ""
+    while value and re.match(r"[ \t]*=[ \t]*", rest) and leading_expression(rest.split("=", 1)[1]):
+        value = leading_expression(rest.split("=", 1)[1])
+        rest = rest.split("=", 1)[1].lstrip()[len(value):]
+    return value
 
 
 def _same_number(a: str, b: str) -> bool:
@@ -987,8 +998,9 @@ _CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?
 _CHECK_HEADING = re.compile(r"^[ \t#*_]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))"
                             r"(?:[ \t]+(?:the[ \t]+)?(?:answer|solution|result))?[ \t*_]*[:：]?[ \t*_]*$",
                             re.IGNORECASE | re.MULTILINE)
-# An explanation that follows an answer given first ("$13\\sqrt{3}$ units.\n\nExplanation: ...")
-_EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|reason|justification|why)[ \t*_]*[:：]",
+# An explanation that follows an answer given first ("$13\\sqrt{3}$ units.\n\nExplanation: ...", "**19**\n\nHere's why:")
+_EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|reason|justification|why"
+                          r"|here(?:['’]s|[ \t]+is)[ \t]+(?:why|how)\b[^:\n]{0,30})[ \t*_]*[:：]",
                           re.IGNORECASE | re.MULTILINE)
 # What a chat model adds after its answer: offers, wishes, notes, trivia ("Let me know if ...")
 _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if you(?:'d| would)? like|"
@@ -1043,6 +1055,8 @@ _OR_VALUE = re.compile(r"(?:[ \t]+[^\W\d_]+)?[ \t]*[,，]?[ \t]*(?:(?<=[ \t])(?:
 _ALSO_POSSIBLE = re.compile(r"[ \t]*,?[ \t]*(?:although|though|but|while|and|or)[ \t]+(?:[^.$\n]*?[ \t])?\$([^$]+)\$[^.\n]*?"
                             r"\b(?:is|are|would[ \t]+be|could[ \t]+be|might[ \t]+be|may[ \t]+be)[ \t]+(?:also[ \t]+)?"
                             r"(?:possible|valid|correct|acceptable|an?[ \t]+(?:answer|solution|option))", re.IGNORECASE)
+# the total a sentence closes on: "..., for a total of 70 minutes", "a grand total of $1,200"
+_TOTAL_OF = re.compile(r"\ba[ \t]+(?:grand[ \t]+)?total[ \t]+of[ \t]+(?=\\?\$?-?\d)", re.IGNORECASE)
 # a second value offered as an answer too: "I get 28, but 8 is also a reasonable answer"
 _ALSO_ANSWER = re.compile(r"(-?\d[\d.,]*\d|\d)\b[^.\d]*?\b(?:but|although|though|while|or)\b[^.\d]*?(-?\d[\d.,]*\d|\d)\b[^.\d]*?"
                           r"\b(?:is|are|would[ \t]+be|could[ \t]+be|might[ \t]+be|may[ \t]+be)[ \t]+also[ \t]+(?:an?[ \t]+)?"
@@ -1245,7 +1259,7 @@ _ARROW_CHOICE = re.compile(r"(?:→|=>|⇒|->)[ \t*_]*\(?([A-E])\)?[*_.]*[ \t]*$
 _ASKS_WHO = re.compile(r"\bwho(?:m|se)?\b")
 _BOLD_NAME = re.compile(r"\*\*([A-Z][a-z]+)\*\*")
 # bold that closes a sentence (the answer a model marks): "she faces **east**.", "would cost **$18.90**."
-_BOLD_CLOSE = re.compile(r"(?<=\s)\*\*([^*\n]+?)\*\*[ \t]*[.!]?[ \t]*$")
+_BOLD_CLOSE = re.compile(r"(?:(?<=\s)|^)\*\*([^*\n]+?)\*\*[ \t]*[.!]?[ \t]*$")
 
 
 def closing_answer(text: str, problem: str | None = None) -> str | None:
@@ -1317,6 +1331,10 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         if conclusion and stated and stated[-1].end() <= conclusion.start() and \
                 re.search(r"\d", plain[conclusion.end():]):
             plain = plain[conclusion.end():]  # "... gives 2 plus 1, so the robe takes 3 bolts": the conclusion
+        total = list(_TOTAL_OF.finditer(plain))
+        value = _chain_value(plain[total[-1].end():]) if total else None
+        if value:  # "30 minutes on crosswords and 40 on sudoku for a total of 30+40 = 70 minutes": the total concludes
+            return _with_unit(value, plain, plain.find(value, total[-1].end()))
         hedge = _HEDGE.search(plain) or _ALSO_ANSWER.search(plain)
         if hedge:
             return f"{hedge.group(1)}, {hedge.group(2)}"  # "either $125 (jewelry) or $96": two answers, none
@@ -1351,12 +1369,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             concluded = _outside_math(head, _CONCLUDES)
             head = head[concluded[-1].end():] if concluded else head
             head = re.sub(r"^[\s,]*(?:then\b)?[\s,]*", "", head, flags=re.IGNORECASE)
-            subject = leading_expression(head)
-            rest = head[len(subject):] if subject and head.startswith(subject) else ""
-            while subject and re.match(r"[ \t]*=[ \t]*", rest) and leading_expression(rest.split("=", 1)[1]):
-                # a computation as the subject: "20/2 = 12 loaves are sold" -- its value, the last one
-                subject = leading_expression(rest.split("=", 1)[1])
-                rest = rest.split("=", 1)[1].lstrip()[len(subject):]
+            subject = _chain_value(head)  # a computation as the subject: "20/2 = 12 loaves are sold" -- 12
             if ans and how in (_MATH, _EXPRESSION, _LATER_EXPRESSION):
                 if noun and how != _MATH and subject and re.match(r"-?\d", subject) and \
                         counts(head[len(subject):], noun) and not counts(after[after.find(ans) + len(ans):], noun):
