@@ -359,9 +359,13 @@ def test_an_answer_restating_the_problem_is_wrong(completion, gold, problem, exp
     ("What is the area in square feet?", "ft^2"),
     ("What is angle ABC? Express your answer in degrees.", "deg"),
     ("He runs 3 miles in 30 minutes. How many minutes will 5 miles take?", "min"),
-    # no one unit of measure asked: a compound unit, two units, a count's noun, no question of units
-    ("How many miles per hour did he drive?", None),
-    ("The car goes 60 miles an hour. How many miles an hour is that?", None),
+    # a rate asked, by its two units' symbols
+    ("How many miles per hour did he drive?", "mi/h"),
+    ("The car goes 60 miles an hour. How many miles an hour is that?", "mi/h"),
+    ("A train covers 300 km in 4 hours. What is its speed in km/h?", "km/h"),
+    ("How fast does the water flow, in liters per minute?", "l/min"),
+    ("How fast does she type, in words per minute?", None),
+    # no one unit of measure asked: two units, a count's noun, no question of units
     ("How many feet and inches tall is he?", None),
     ("How many apples does she have?", None),
     ("In how many ways can 4 people sit in a row?", None),

@@ -81,7 +81,7 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # R$, choices after an arrow or as a bare letter, a pair in brackets, cents where the problem counts dollars
          "foreign-phrases-choices",
          # an answer in bold first, then "Here's why:"; "A) 72 km/h"; "for a total of 30+40 = 70 minutes"
-         "totals-answer-first"}
+         "totals-answer-first", "rates-restated"}
 
 
 def _rows() -> list[dict]:

@@ -58,7 +58,7 @@ from .forms import choice_letter, column_as_tuple, exact_forms, in_base, option_
 from .intervals import as_intersection, as_union, unsolved_inequality
 from .mv_worker import MathVerifyProcess
 from .question import question_of
-from .units import DIMENSIONS, MEASURES, SHORT_UNITS, asked_unit, compound_values, named_units, unit_key
+from .units import DIMENSIONS, MEASURES, SHORT_UNITS, asked_unit, compound_values, named_units, rate_key, unit_key
 
 __all__ = ["answers_equivalent", "canonical_answer", "grade", "Grade", "grading_stats", "problem_variables",
            "set_time_limit"]
@@ -309,6 +309,8 @@ def _split_unit(s: str) -> tuple[str, str | None]:
 
 def _droppable(unit: str, variables: frozenset[str] | None) -> bool:
     """Whether ``unit`` may be dropped: a unit word, not a variable of the problem (see module docstring)."""
+    if rate_key(unit):
+        return True  # "km/h", "hours a week": a rate of units of measure
     letters = re.sub(r"\^\s*\{?\d+\}?|[\s/{}]|\\cdot", "", unit)
     if len(letters) == 1:
         # one letter: only a known unit letter, only with the problem at hand, and not its variable
@@ -349,9 +351,15 @@ def _other_unit(pred: str, gold: str, problem: str | None) -> bool:
     key = unit_key(unit)
     base = key.split("^")[0]  # "25 feet" for square feet is a slip of the pen, not another quantity
     gold_unit = _split_unit(gold)[1]
-    if base not in MEASURES or (gold_unit is not None and unit_key(gold_unit) == key):
+    if gold_unit is not None and unit_key(gold_unit) == key:
         return False
     asked = asked_unit(problem)
+    if rate_key(unit) or (asked and "/" in asked):
+        # "75 m/s" answers no "speed in km/h?"; a rate against one unit asked ("60 miles per hour" for
+        # "How many miles does it go each hour?") or one unit against a rate asked is read as the same
+        return bool(rate_key(unit) and asked and "/" in asked and key != asked)
+    if base not in MEASURES:
+        return False
     if asked is not None:
         return base != asked.split("^")[0]
     # no unit asked: one the problem never names, beside one of the same dimension it does ("4 seconds"
@@ -754,9 +762,10 @@ def _restates(pred: str, problem: str) -> bool:
     restates the question answers nothing, though math-verify would evaluate it to the gold."""
     key = canonical_answer(pred)
     unreduced = any(math.gcd(int(a), int(b)) > 1 for a, b in re.findall(r"\\frac\{(\d+)\}\{(\d+)\}", pred))
-    # braces do not matter: \lceil{\sqrt{20}}\rceil^2 in the problem is \lceil \sqrt{20} \rceil^2 in the answer
+    # braces and brackets do not matter: \lceil{\sqrt{20}}\rceil^2 in the problem is \lceil \sqrt{20} \rceil^2
+    # in the answer, and \log_264 is \log_2 64, which _prepare writes \log_2(64)
     return len(key) >= 3 and bool(unreduced or _UNWORKED.search(pred)) and \
-        re.sub(r"[{}]", "", key) in re.sub(r"[{}]", "", _problem_key(problem))
+        re.sub(r"[{}()]", "", key) in re.sub(r"[{}()]", "", _problem_key(problem))
 
 
 @functools.lru_cache(maxsize=256)

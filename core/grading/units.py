@@ -6,7 +6,7 @@ quantity: "How many miles did she walk?" is not answered by ``1.25 kilometers`` 
 is ``1.25``. :func:`asked_unit` reads the unit a question names ("How many miles", "in dollars",
 "(in cm)"), :func:`unit_key` spells units alike (``meters`` = ``m`` = ``metre``), and
 :data:`MEASURES` holds the units of measure (length, time, mass, volume, money, angle) that may be
-compared at all; any other word after a number (``apples``, ``units``) is a count's noun and is never
+compared at all, and :func:`rate_key` a rate of two of them (``75 m/s`` answers no "speed in km/h?"); any other word after a number (``apples``, ``units``) is a count's noun and is never
 held against an answer.
 """
 
@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from .question import question_of
 
-__all__ = ["DIMENSIONS", "MEASURES", "SHORT_UNITS", "asked_unit", "compound_values", "measure_after", "named_units", "unit_key", "unit_word"]
+__all__ = ["DIMENSIONS", "MEASURES", "SHORT_UNITS", "asked_unit", "compound_values", "measure_after", "named_units", "rate_key", "unit_key", "unit_word"]
 
 # Units of one or two letters; longer words (dollars, inches, apples) count as units anyway.
 SHORT_UNITS = frozenset("""m cm mm km nm g kg mg s ms h hr hrs min ft in yd mi mph kph lb lbs oz l L ml mL
@@ -66,8 +66,34 @@ def unit_key(unit: str) -> str:
                u, flags=re.IGNORECASE)
     u = re.sub(r"\bcubic\s+([A-Za-z]+)|\b([A-Za-z]+)\s+cubed\b", lambda m: (m.group(1) or m.group(2)) + "^3", u,
                flags=re.IGNORECASE)
+    rate = rate_key(u)
+    if rate:
+        return rate
     u = re.sub(r"[A-Za-z]+", lambda m: unit_word(m.group(0)), u.replace("\\cdot", "*"))
     return re.sub(r"\s+", "", u)
+
+
+# a rate written out: "km/h", "meters per second", "miles an hour", "km / hr"
+_RATE_WORDS = r"[A-Za-z]+(?:[ \t]*/[ \t]*|[ \t]+per[ \t]+|[ \t]+an?[ \t]+)[A-Za-z]+"
+_RATE = re.compile(r"([A-Za-z]+)(?:[ \t]*/[ \t]*|[ \t]+per[ \t]+|[ \t]+an?[ \t]+)([A-Za-z]+)", re.IGNORECASE)
+# rates written as one word
+_RATE_SYMBOLS = {"mph": "mi/h", "kph": "km/h", "kmh": "km/h", "kmph": "km/h", "fps": "ft/s", "mpg": "mi/gal"}
+
+
+def rate_key(unit: str) -> str | None:
+    """A rate of two units of measure by their symbols (``km/h`` for "kilometers per hour", "km/hr",
+    "kph"; ``m/s`` for "meters per second"), else None (one unit, or a word that measures nothing:
+    "apples per box")."""
+    u = unit.strip()
+    if u.lower() in _RATE_SYMBOLS:
+        return _RATE_SYMBOLS[u.lower()]
+    m = _RATE.fullmatch(u)
+    if not m:
+        return None
+    top, per = unit_word(m.group(1)), unit_word(m.group(2))
+    if m.group(1).lower() in ("per", "a", "an") or top not in MEASURES or per not in MEASURES:
+        return None
+    return f"{top}/{per}"
 
 
 # one unit of measure written out, perhaps square or cubic: "miles", "square feet", "cm", "cubic inches"
@@ -87,6 +113,9 @@ def _measure(words: str) -> str | None:
 def measure_after(text: str) -> str | None:
     """The unit of measure ``text`` starts with, as written (``" kilometers."`` -> ``"kilometers"``), when
     it is one unit (not ``miles per hour``), else None; spaces before it are skipped."""
+    rate = re.match(r"[ \t]*(" + _RATE_WORDS + r"|[A-Za-z]+)(?![A-Za-z0-9^/])", text)
+    if rate and rate_key(rate.group(1)):
+        return rate.group(1)  # "75 m/s", "60 miles per hour", "50 mph"
     m = re.match(r"[ \t]*(" + _MEASURE_WORDS + r")(?![A-Za-z0-9^])", text)
     if not m or _COMPOUND.match(text, m.end()) or not _measure(m.group(1)):
         return None
@@ -128,6 +157,9 @@ def compound_values(answer: str) -> dict[str, Fraction] | None:
 _ASKS = re.compile(r"\bhow[ \t]+(?:many|much)[ \t]+(?:more[ \t]+|fewer[ \t]+|less[ \t]+|total[ \t]+|extra[ \t]+)?"
                    r"(" + _MEASURE_WORDS + r")(?![A-Za-z])|\bin[ \t]+(?:terms[ \t]+of[ \t]+)?(" + _MEASURE_WORDS +
                    r")(?=[ \t]*[,.?)]|[ \t]*$)", re.IGNORECASE)
+# where a question names a rate as the unit of its answer: "How many miles per hour", "in km/h?", "(in m/s)"
+_ASKS_RATE = re.compile(r"\bhow[ \t]+(?:many|much)[ \t]+(" + _RATE_WORDS + r"|mph|kph)(?![A-Za-z])|\bin[ \t]+(" + _RATE_WORDS +
+                        r"|mph|kph)(?=[ \t]*[,.?)]|[ \t]*$)", re.IGNORECASE)
 # a second unit named beside the first: "How many feet and inches", "in hours or minutes"
 _ANOTHER = re.compile(r"[ \t]*(?:,[ \t]*(?:and|or)?|and|or)[ \t]+(" + _MEASURE_WORDS + r")(?![A-Za-z])", re.IGNORECASE)
 
@@ -142,6 +174,9 @@ def asked_unit(problem: str | None) -> str | None:
     if not problem:
         return None
     question = question_of(problem)
+    rates = {rate_key(m.group(1) or m.group(2)) for m in _ASKS_RATE.finditer(question)} - {None}
+    if rates:
+        return rates.pop() if len(rates) == 1 else None  # "What is its speed in km/h?": km/h
     keys = set()
     for m in _ASKS.finditer(question):
         words = m.group(1) or m.group(2)
