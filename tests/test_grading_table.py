@@ -81,7 +81,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # R$, choices after an arrow or as a bare letter, a pair in brackets, cents where the problem counts dollars
          "foreign-phrases-choices",
          # an answer in bold first, then "Here's why:"; "A) 72 km/h"; "for a total of 30+40 = 70 minutes"
-         "totals-answer-first", "rates-restated"}
+         "totals-answer-first", "rates-restated",
+         # "but it might also be 71", "could be 30 or 130", "(or possibly 1,360 ...)", a model that gives up,
+         # "Here's the breakdown:", "This matches ...", \\text{negative three}
+         "hedges-gives-up"}
 
 
 def _rows() -> list[dict]:

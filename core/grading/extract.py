@@ -614,9 +614,10 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
         return sentence.rstrip(".").strip(), _EXPRESSION
     expr = leading_expression(sentence)
     if expr is not None:
-        other = _OTHER_VALUE.search(sentence)
-        if other:  # "104 hours (possibly 44)": two answers
-            return f"{expr}, {other.group(1)}", _EXPRESSION
+        other = _OTHER_VALUE.search(sentence) or \
+            (_MIGHT_ALSO_AFTER.match(sentence, len(expr)) if sentence.startswith(expr) else None)
+        if other:  # "104 hours (possibly 44)", "70, but it might also be 71 goats": two answers
+            return f"{expr}, {drop_thousands_separators(other.group(1))}", _EXPRESSION
         rounded = re.match(r"[ \t]*(?:≈|\\approx|~)[ \t]*", sentence[len(expr):]) if sentence.startswith(expr) else None
         if rounded and _in_problem(expr, problem) and leading_expression(sentence[len(expr) + rounded.end():]):
             # "57/160 ≈ 0.356" for "Convert 57/160 to a decimal": the problem's own number, then the answer
@@ -834,9 +835,18 @@ _SPELLED_ANSWER = re.compile(r"(?:(?:a|an|the|exactly|only)[ \t]+)?(?P<number>[A
 
 
 def _in_digits(ans: str | None) -> str | None:
-    """An answer spelled in words as its digits ("Forty" -> ``40``, "three units" -> ``3``); others as given."""
+    """An answer spelled in words as its digits ("Forty" -> ``40``, "three units" -> ``3``, "negative three"
+    and ``\\text{negative three}`` -> ``-3``); others as given."""
+    text = re.fullmatch(r"\\(?:text|textbf|textrm|mathrm)\{([^{}\\$]*)\}", ans.strip()) if ans else None
+    if text:  # a box of words: \boxed{\text{negative three}}
+        inner = _in_digits(text.group(1))
+        return inner if inner != text.group(1) else ans
     if not ans or re.search(r"[\d$\\{}=]", ans):
         return ans
+    sign = re.match(r"[ \t]*(?:negative|minus)[ \t]+(?=[A-Za-z])", ans, re.IGNORECASE)
+    if sign:
+        value = _in_digits(ans[sign.end():])
+        return f"-{value}" if value and re.fullmatch(r"\d+", value) else ans
     m = _SPELLED_ANSWER.fullmatch(ans.strip())
     if m:
         words = m.group(0).rstrip(" .!").split()
@@ -918,9 +928,25 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         ans, _ = _phrase_answer(text[m.end():], problem, language_of(m.group(0)))
         if ans:
             return _retracted(text, m.end(), problem) or ans, text
-    if _ends_in_loop(text) or _cut_off(text):
+    if _ends_in_loop(text) or _cut_off(text) or _gives_up(text):
         return None, text
     return closing_answer(text, problem), text
+
+
+# a model saying it could not finish: "I'm not sure how to finish this one; the problem seems to be missing
+# some information.", "There is not enough information to determine the answer."
+_GIVES_UP = re.compile(r"\b(?:i[ \t]*(?:'|’)?m|i[ \t]+am)[ \t]+(?:not[ \t]+sure|unsure|unable)[ \t]+(?:how[ \t]+)?(?:to[ \t]+)?"
+                       r"(?:finish|solve|proceed|continue|complete|determine|answer)\b"
+                       r"|\bi[ \t]+(?:can(?:no|'|’)?t|could(?:n(?:'|’)t|[ \t]+not))[ \t]+(?:solve|finish|determine|figure|work[ \t]+out|answer)\b"
+                       r"|\b(?:missing|lacks?)[ \t]+(?:some[ \t]+)?(?:key[ \t]+|needed[ \t]+|necessary[ \t]+)?information\b"
+                       r"|\bnot[ \t]+enough[ \t]+information\b", re.IGNORECASE)
+
+
+def _gives_up(text: str) -> bool:
+    """Whether the solution's last paragraph says it could not finish ("I'm not sure how to finish this
+    one; the problem seems to be missing some information."): a value worked out before it answers nothing."""
+    paragraphs = [p for p in re.split(r"\n[ \t]*\n", text.strip()) if p.strip() and not _FOOTER.match(p)]
+    return bool(paragraphs) and bool(_GIVES_UP.search(paragraphs[-1]))
 
 
 # the words a sentence cannot end with: articles, prepositions, conjunctions, copulas, a verb before its object
@@ -992,15 +1018,20 @@ def _retracted(text: str, end: int, problem: str | None) -> str | None:
 _CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence|meaning(?:[ \t]+that)?|(?:which|this|that)[ \t]+means(?:[ \t]+that)?)\b",
                         re.IGNORECASE)
 # A check restates the computation with the answer put in; it answers nothing ("Check: 3(46) - 9 = 129 ✓")
-_CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$",
+_CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$"
+                    # "This matches the information given in the problem (6, 8, 12).", never "This matches option B."
+                    r"|^[\s*_>#-]*(?:this|that|it)[ \t]+(?:matches|agrees[ \t]+with|is[ \t]+consistent[ \t]+with|checks[ \t]+out|fits)\b"
+                    r"(?![^\n]*\b(?:option|choice|answer)\b)",
                     re.IGNORECASE)
 # a heading that opens a check of the answer: "**Verification:**", "### Check"
 _CHECK_HEADING = re.compile(r"^[ \t#*_]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))"
                             r"(?:[ \t]+(?:the[ \t]+)?(?:answer|solution|result))?[ \t*_]*[:：]?[ \t*_]*$",
                             re.IGNORECASE | re.MULTILINE)
-# An explanation that follows an answer given first ("$13\\sqrt{3}$ units.\n\nExplanation: ...", "**19**\n\nHere's why:")
+# An explanation that follows an answer given first ("$13\\sqrt{3}$ units.\n\nExplanation: ...", "**19**\n\nHere's why:",
+# "Here's the breakdown:")
 _EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|reason|justification|why"
-                          r"|here(?:['’]s|[ \t]+is)[ \t]+(?:why|how)\b[^:\n]{0,30})[ \t*_]*[:：]",
+                          r"|here(?:['’]s|[ \t]+is)[ \t]+(?:why|how|(?:the|a|my)[ \t]+(?:breakdown|reasoning|explanation))\b"
+                          r"[^:\n]{0,30})[ \t*_]*[:：]",
                           re.IGNORECASE | re.MULTILINE)
 # What a chat model adds after its answer: offers, wishes, notes, trivia ("Let me know if ...")
 _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if you(?:'d| would)? like|"
@@ -1047,7 +1078,14 @@ _WINNER = re.compile(r"^(?:(?i:so|thus|therefore|hence)[ \t,]+)?[*_]*([A-Z][a-z]
 _NOT_NAMES = frozenset("The This That It He She They We You Each Every Both All None Which Who Whoever One So Thus "
                         "Therefore Hence Then Now Here There".split())
 # another value offered in brackets after the answer
-_OTHER_VALUE = re.compile(r"\((?:possibly|perhaps|maybe|or)[ \t]+\\?\$?(-?\d[\d.,]*)", re.IGNORECASE)
+_OTHER_VALUE = re.compile(r"\((?:or[ \t]+)?(?:possibly|perhaps|maybe|or)[ \t]+\\?\$?(-?\d[\d.,]*(?:/\d+)?)", re.IGNORECASE)
+# another value the model allows after its answer: "70, but it might also be 71 goats", "$15, or it could be $14"
+_MIGHT_ALSO = (r"[^.\d\n]*?\b(?:but|or|though|although)[ \t]+(?:it|that|the[ \t]+answer)[ \t]+(?:might|could|may)[ \t]+"
+               r"(?:also[ \t]+|even[ \t]+)?be[ \t]+(?:[^.\d\n]*?[ \t])?\\?\$?(-?\d[\d.,]*\d|\d)\b")
+_MIGHT_ALSO_AFTER = re.compile(_MIGHT_ALSO, re.IGNORECASE)
+# the two values of a modal hedge: "The answer could be 30 dragons or 130 dragons.", "70, but it might also be 71"
+_MODAL_HEDGE = re.compile(r"(?:\b(?:could|might|may)[ \t]+be[ \t]+(?:either[ \t]+)?\\?\$?(-?\d[\d.,]*\d|\d)\b[^.\d\n]*?\bor\b"
+                          r"[^.\d\n]*?\\?\$?(-?\d[\d.,]*\d|\d)\b)|(?:(-?\d[\d.,]*\d|\d)\b" + _MIGHT_ALSO + ")", re.IGNORECASE)
 # another value offered after the answer, in its unit or none: "70 holes or 91 holes", "$30^\circ$, although
 # $150^\circ$ is also possible"
 _OR_VALUE = re.compile(r"(?:[ \t]+[^\W\d_]+)?[ \t]*[,，]?[ \t]*(?:(?<=[ \t])(?:or|ou|o|oder|oppure|или)[ \t]+|也可能是[ \t]*)"
@@ -1335,9 +1373,10 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         value = _chain_value(plain[total[-1].end():]) if total else None
         if value:  # "30 minutes on crosswords and 40 on sudoku for a total of 30+40 = 70 minutes": the total concludes
             return _with_unit(value, plain, plain.find(value, total[-1].end()))
-        hedge = _HEDGE.search(plain) or _ALSO_ANSWER.search(plain)
-        if hedge:
-            return f"{hedge.group(1)}, {hedge.group(2)}"  # "either $125 (jewelry) or $96": two answers, none
+        hedge = _HEDGE.search(plain) or _ALSO_ANSWER.search(plain) or _MODAL_HEDGE.search(plain)
+        if hedge:  # "either $125 (jewelry) or $96", "could be 30 dragons or 130 dragons": two answers, none
+            first, second = [g for g in hedge.groups() if g is not None]
+            return f"{first}, {second}"
         states = _outside_math(plain, _STATES)
         words = [m for m in states if m.group(0) != "="]
         roots = _values_of_one_name(plain[words[-1].end():]) if words else None
