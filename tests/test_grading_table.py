@@ -84,7 +84,9 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "totals-answer-first", "rates-restated",
          # "but it might also be 71", "could be 30 or 130", "(or possibly 1,360 ...)", a model that gives up,
          # "Here's the breakdown:", "This matches ...", \\text{negative three}
-         "hedges-gives-up"}
+         "hedges-gives-up",
+         # "30° or 150°"; "There are 76 degrees in $\\angle B$."; "**16 blue marbles.**" first; "b + c = 3.21" of a list
+         "named-first-counts"}
 
 
 def _rows() -> list[dict]:

@@ -462,6 +462,17 @@ def _names_conflict(pred_name: str | None, gold_name: str | None) -> bool:
     return bases[0] != bases[1] or ("_" in pred_name and "_" in gold_name)
 
 
+def _asked_item(items: list[str], problem: str | None) -> list[str] | None:
+    """The value of the one item that names the expression the question asks for: ``["3.21"]`` from
+    ``b = 1.3, c = 1.91, b + c = 3.21`` for "What is $b+c$?"; None when no item, or several, name it."""
+    if not problem:
+        return None
+    asked = {re.sub(r"\s+", "", m) for m in re.findall(r"\$([^$]+)\$", question_of(problem))}
+    found = [item.split("=")[1].strip() for item in items
+             if item.count("=") == 1 and re.sub(r"\s+", "", item.split("=")[0]) in asked]
+    return found if len(found) == 1 else None
+
+
 def _split_items(s: str) -> list[str]:
     """Top-level comma-separated items (brackets, braces and ``\\{ \\}`` nest; ``1,000`` is one number,
     ``27,54,108,135`` four)."""
@@ -820,6 +831,8 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
         g_union, p_union = as_union(g_items), as_union(p_items)
         g_items, p_items = [g_union] if g_union else g_items, [p_union] if p_union else p_items
         p_items = _coordinates(p_items, g_items)
+        if len(p_items) > len(g_items) == 1:
+            p_items = _asked_item(p_items, problem) or p_items  # "b = 1.3, c = 1.91, b + c = 3.21" for "What is $b+c$?"
         if len(p_items) > len(g_items):
             p_items = _distinct(p_items)  # "1/2 or 0.5" is one value written twice
         if len(g_items) != len(p_items):

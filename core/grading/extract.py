@@ -1086,9 +1086,9 @@ _MIGHT_ALSO_AFTER = re.compile(_MIGHT_ALSO, re.IGNORECASE)
 # the two values of a modal hedge: "The answer could be 30 dragons or 130 dragons.", "70, but it might also be 71"
 _MODAL_HEDGE = re.compile(r"(?:\b(?:could|might|may)[ \t]+be[ \t]+(?:either[ \t]+)?\\?\$?(-?\d[\d.,]*\d|\d)\b[^.\d\n]*?\bor\b"
                           r"[^.\d\n]*?\\?\$?(-?\d[\d.,]*\d|\d)\b)|(?:(-?\d[\d.,]*\d|\d)\b" + _MIGHT_ALSO + ")", re.IGNORECASE)
-# another value offered after the answer, in its unit or none: "70 holes or 91 holes", "$30^\circ$, although
+# another value offered after the answer, in its unit or none: "70 holes or 91 holes", "30° or 150°", "$30^\circ$, although
 # $150^\circ$ is also possible"
-_OR_VALUE = re.compile(r"(?:[ \t]+[^\W\d_]+)?[ \t]*[,，]?[ \t]*(?:(?<=[ \t])(?:or|ou|o|oder|oppure|или)[ \t]+|也可能是[ \t]*)"
+_OR_VALUE = re.compile(r"(?:[°%′]|[ \t]+[^\W\d_]+)?[ \t]*[,，]?[ \t]*(?:(?<=[ \t])(?:or|ou|o|oder|oppure|или)[ \t]+|也可能是[ \t]*)"
                        r"\\?\$?(-?\d[\d.,]*(?:/\d+)?)(?![\d/])")
 _ALSO_POSSIBLE = re.compile(r"[ \t]*,?[ \t]*(?:although|though|but|while|and|or)[ \t]+(?:[^.$\n]*?[ \t])?\$([^$]+)\$[^.\n]*?"
                             r"\b(?:is|are|would[ \t]+be|could[ \t]+be|might[ \t]+be|may[ \t]+be)[ \t]+(?:also[ \t]+)?"
@@ -1296,6 +1296,22 @@ _ARROW_CHOICE = re.compile(r"(?:→|=>|⇒|->)[ \t*_]*\(?([A-E])\)?[*_.]*[ \t]*$
 # a "who ...?" question, and a name in bold that answers it in any language
 _ASKS_WHO = re.compile(r"\bwho(?:m|se)?\b")
 _BOLD_NAME = re.compile(r"\*\*([A-Z][a-z]+)\*\*")
+# a value in bold as the text's first paragraph ("**16 blue marbles.**\n\nLet blue = 4k ..."), never a
+# numbered heading ("**1. Set up**")
+_BOLD_FIRST = re.compile(r"\s*\*\*[ \t]*((?:\\?\$)?-?\d(?![\d.]*\.?[ \t]+[A-Z])[^*\n]*?)[ \t]*\*\*[ \t.]*\n[ \t]*\n")
+# a number and what it counts, before the math it is about: " 76 degrees in ", " 6 ways to choose "
+_COUNT_BEFORE_NAME = re.compile(r"[ \t]*(-?\d[\d.,]*)[ \t]+(?!(?:times|plus|minus|over|divided|multiplied)\b)[A-Za-z][A-Za-z \t]*")
+
+
+def _count_of_named(plain: str, states: list, segments: list) -> str | None:
+    """The number a statement gives when the sentence's math only names what it counts: ``76 degrees``
+    for "There are 76 degrees in $\\angle B$.", ``6`` for "There are 6 elements in $S$."; else None
+    (math with a digit or a relation in it is a value, not a name)."""
+    if not segments or not states or states[-1].end() > segments[0][0] or \
+            any(re.search(r"[\d=<>]", content) for _, _, content in segments):
+        return None
+    m = _COUNT_BEFORE_NAME.fullmatch(plain, states[-1].end(), segments[0][0])
+    return _with_unit(m.group(1), plain, m.start(1)) if m else None
 # bold that closes a sentence (the answer a model marks): "she faces **east**.", "would cost **$18.90**."
 _BOLD_CLOSE = re.compile(r"(?:(?<=\s)|^)\*\*([^*\n]+?)\*\*[ \t]*[.!]?[ \t]*$")
 
@@ -1343,6 +1359,14 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         head = closing_answer(text[:explained[-1].start()], problem)
         if head:
             return head
+    first = _BOLD_FIRST.match(text)
+    if first and not re.search(r"[:：]", first.group(1)) and len(first.group(1).split()) <= 4:
+        # a value in bold as the first paragraph, the work that arrives at it after: "**16 blue marbles.**"
+        value = _in_digits(_phrase_answer(first.group(1))[0])
+        number = value and re.match(r"\\?\$?(-?\d[\d.,]*)", value)
+        if number and re.search(r"(?<![\d.,])" + re.escape(number.group(1).rstrip(".,")) + r"(?![\d]|[.,]\d)",
+                                drop_thousands_separators(text[first.end():])):
+            return value
     sentences = [s for s in _sentences(_without_checks(text))
                  if not _CHECK.match(s) and not _FOOTER.match(s) and not _is_aside(s)]
     alone = _last_line_answer(sentences[-1]) if sentences else None
@@ -1385,6 +1409,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         if words and states[-1].group(0) == "=" and _is_equation(plain[words[-1].end():].strip().rstrip(".")):
             states = words  # "the plane is 5x-7y+11z+4=0": the equation is what "is" states
         segments = math_segments(plain)
+        count = _count_of_named(plain, states, segments)
+        if count:  # "There are 76 degrees in $\angle B$.": the math names what the number counts
+            return count
         if segments and (not states or states[-1].start() < segments[-1][0]):
             # the sentence's last statement is its math: "gives $2x = 14$, so $x = 7$"; not a lone
             # variable named as the subject with its value in prose ("So $\alpha$ measures 145 degrees.")
