@@ -86,7 +86,9 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # "Here's the breakdown:", "This matches ...", \\text{negative three}
          "hedges-gives-up",
          # "30° or 150°"; "There are 76 degrees in $\\angle B$."; "**16 blue marbles.**" first; "b + c = 3.21" of a list
-         "named-first-counts"}
+         "named-first-counts",
+         # the answer put back in after it: "To verify, ...", "Substituting back, ...", "Plugging in: ...", "Alternatively, plug in"
+         "substitution-checks"}
 
 
 def _rows() -> list[dict]:

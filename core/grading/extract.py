@@ -1019,6 +1019,12 @@ _CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence|meaning(?:[ \t]+that)?|(?
                         re.IGNORECASE)
 # A check restates the computation with the answer put in; it answers nothing ("Check: 3(46) - 9 = 129 ✓")
 _CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$"
+                    # the answer put back in: "To verify, $2 \\cdot 4 + 3 = 11$.", "Substituting back, ...", "If we plug $x = 4$ back in",
+                    # "Plugging in: $2(4) + 3 = 11$.", "Alternatively, we can plug in $x = 2$: ... \\ne 11"
+                    r"|^[\s*_>#-]*(?:to[ \t]+(?:check|verify|confirm)\b|(?:if[ \t]+we[ \t]+|we[ \t]+can[ \t]+|let['’]?s[ \t]+)?"
+                    r"(?:plug(?:ging)?|substitut(?:e|ing)|putting)\b[^.\n]{0,40}?\bback\b"
+                    r"|(?:plug(?:ging)?|substitut(?:e|ing))[ \t]+(?:(?:it|this|that|(?:our|the)[ \t]+(?:answer|value|result))[ \t]+)?in(?:to)?\b[^.\n:]{0,30}[:：]"
+                    r"|alternatively\b[^.\n]{0,30}?\b(?:plug|substitut|check|test|try))"
                     # "This matches the information given in the problem (6, 8, 12).", never "This matches option B."
                     r"|^[\s*_>#-]*(?:this|that|it)[ \t]+(?:matches|agrees[ \t]+with|is[ \t]+consistent[ \t]+with|checks[ \t]+out|fits)\b"
                     r"(?![^\n]*\b(?:option|choice|answer)\b)",
