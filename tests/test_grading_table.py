@@ -88,7 +88,12 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # "30° or 150°"; "There are 76 degrees in $\\angle B$."; "**16 blue marbles.**" first; "b + c = 3.21" of a list
          "named-first-counts",
          # the answer put back in after it: "To verify, ...", "Substituting back, ...", "Plugging in: ...", "Alternatively, plug in"
-         "substitution-checks"}
+         "substitution-checks",
+         # a hedge after the answer ("12, unless ..., in which case 13", "(or 40 if ...)", "oder", "或") against a
+         # restatement ("135 minutes, or 2 hours and 15 minutes", "$45, or 75% of the price"); a last paragraph
+         # that does not decide; a box and an answer line that disagree; other scripts' digits, continental
+         # numbers, units of time and labels in other languages, their retractions ("Attendez", "Moment,")
+         "hedges-conditions", "undecided", "box-label-conflict", "scripts-locales"}
 
 
 def _rows() -> list[dict]:

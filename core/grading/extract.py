@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
+from .hedges import alternative_after, answer_sentence, conflicting, plain_value, undecided_values
 from .number_words import chinese_digits, digits_for_words, language_of, spelled_number
 from .question import counted_noun, counts, question_of
-from .units import asked_unit, measure_after, unit_key
+from .units import asked_unit, english_units, measure_after, unit_key
 
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
            "extract_answer", "closing_answer", "normalise_unicode"]
@@ -48,14 +49,22 @@ _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual
                             r"|a\s+resposta(?:\s+(?:final|correta))?\s+é|die\s+(?:richtige\s+|endgültige\s+)?antwort\s+(?:ist|lautet)"
                             r"|ist\s+die\s+(?:richtige\s+)?antwort(?:\s+eigentlich)?"
                             r"|la\s+risposta(?:\s+(?:finale|corretta))?\s+è)(?![\w])\s*:?"
-                            r"|(?:(?<![\w])(?:правильный\s+|окончательный\s+)?ответ(?:\s*[:：—]|\s+(?=[-\d])))|答案(?:其实|实际上|应该|可能)?(?:是|为)[:：]?",
+                            r"|(?:(?<![\w])(?:правильный\s+|окончательный\s+)?ответ(?:\s*[:：—]|\s+(?=[-\d])))|答案(?:其实|实际上|应该|可能)?(?:是|为)[:：]?"
+                            # ... in Japanese, Korean and Arabic: "答えは 157 です", "정답은 42입니다", "الإجابة هي 42"
+                            r"|(?:正しい|最終的な)?答えは|(?:최종[ \t]*)?(?:정답|답)은|(?:ال)?(?:إجابة|جواب)(?:[ \t]+(?:ال)?(?:نهائية|صحيحة))?"
+                            r"(?:[ \t]+(?:هي|هو)|(?=[ \t]+إما))"
+                            # "final answer:" in a sentence, or a bold label in one: "... une erreur. **Réponse finale : 6,277**"
+                            r"|\b(?:réponse|respuesta|resposta|risposta)[ \t]+finale?[ \t]*[:：]|\bendgültige[ \t]+antwort[ \t]*[:：]"
+                            r"|(?<=\*\*)(?:réponse|respuesta|resposta|risposta|antwort|ответ|答案|答え|정답|उत्तर|الإجابة)[ \t]*[:：]",
                             re.IGNORECASE)
 # A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case, and the label in
 # French, Spanish, Portuguese, German, Italian, Russian and Chinese ("Réponse : 12", "答案：12"); or a heading
 # "**Final Answer**" / "### Final Answer" alone on its line, the answer on the lines after it.
 _ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|updated)[ \t]+)?answer[ \t*_]*[:：]"
-                           r"|^[ \t>#*_-]*(?:(?:réponse|respuesta|resposta|risposta)(?:[ \t]+final)?|(?:endgültige[ \t]+)?antwort|"
-                           r"ответ|(?:最终)?答案)[ \t*_]*[:：]"
+                           r"|^[ \t>#*_-]*(?:(?:réponse|respuesta|resposta|risposta)(?:[ \t]+finale?)?|"
+                           r"(?:(?:endgültige|finale)[ \t]+)?antwort|(?:end)?ergebnis|résultat[ \t]+final|resultado[ \t]+final|(?:окончательный[ \t]+|итоговый[ \t]+)?ответ|(?:最终)?答案|"
+                           r"(?:最終的な)?答え|解答|(?:최종[ \t]*)?(?:정답|답)|(?:अंतिम[ \t]+)?उत्तर|"
+                           r"(?:ال)?(?:إجابة|جواب)(?:[ \t]+(?:ال)?نهائية)?)[ \t*_]*[:：]"
                            r"|^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
 # A GSM8K answer line: ``#### 18``; ``#### Step 1``, ``#### 1. The area`` and ``#### (a) Part one`` are
 # Markdown headings (a word follows, or a numbered word), no answer.
@@ -105,6 +114,7 @@ _SUBSCRIPT_RUN = re.compile("[₀-₉]+")
 _VULGAR_FRACTION = re.compile(r"(\d*)([\u00bc-\u00be\u2150-\u215e])")
 _ASCII_LE = re.compile(r"(?<![<=])<=(?![>=])")
 _ASCII_GE = re.compile(r"(?<![<=>-])>=(?!=)")
+_NATIVE_DIGIT = re.compile(r"(?![0-9])\d")  # a decimal digit of any script but ASCII's
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 # a hyphen or en dash written as a minus sign: before a number, after no term ("= –128"; "3–5" is a range)
 _DASH_MINUS = re.compile(r"(?<![\w)\]}.])[\u2010-\u2013](?=\d)")
@@ -141,6 +151,9 @@ def normalise_unicode(text: str) -> str:
 
     text = _VULGAR_FRACTION.sub(fraction, text)
     text = unicodedata.normalize("NFKC", text)
+    # digits of other scripts (Devanagari २९, Arabic-Indic ٢٩, Bengali ...) and the Arabic separators as ASCII
+    text = _NATIVE_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group(0))), text)
+    text = text.replace("\u066b", ".").replace("\u066c", ",").replace("\u066a", "%")
     text = _DASH_MINUS.sub("-", text)
     return text.replace("\u2044", "/").replace("。", ". ").replace("、", ", ").replace("∴", "Therefore, ")
 
@@ -504,6 +517,27 @@ _ALL_SUCH = re.compile(r"\ball[ \t]+(?:real[ \t]+(?:numbers[ \t]+)?)?([a-z])[ \t
                        r"[ \t]+(?=\1[ \t]*(?:[<>≤≥]|\\[lg]e))", re.IGNORECASE)
 
 
+# a number written the continental way: dots or spaces group its thousands, a comma is its decimal point
+_GROUPED_DECIMAL = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:[. \u202f]\d{3})+,\d{1,2}(?![\d.,]*\d)")
+_DOT_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)")
+# an amount of money with a decimal comma: "140,00 $", "21,00 reais", "$ 90,00"
+_MONEY_DECIMAL = re.compile(r"(?<![\d.,])(\d+),(\d{2})(?=[ \t]*(?:\$|€|£|¥|₹|dollars?|d[óo]lares|euros?|reais|pesos|"
+                            r"rupees?|USD|EUR|ドル|美元|元|달러|원|रुपये|डॉलर|دولار|руб|долл))"
+                            r"|(?<=[$€£][ \t])(\d+),(\d{2})(?![\d,])|(?<=[$€£])(\d+),(\d{2})(?![\d,])")
+
+
+def _european_numbers(text: str) -> str:
+    """Numbers in the continental form as plain ones: ``1.248,00`` / ``1 100,00`` -> ``1248.00`` /
+    ``1100.00`` (thousands grouped, a decimal comma: never English), ``140,00 $`` -> ``140.00 $`` (two
+    decimals of money), and in a text written in Spanish, Portuguese, German or Italian ``1.128`` ->
+    ``1128`` (a dot groups thousands there; :func:`core.grading.number_words.language_of`)."""
+    text = _GROUPED_DECIMAL.sub(lambda m: re.sub(r"[. \u202f]", "", m.group(0)).replace(",", "."), text)
+    text = _MONEY_DECIMAL.sub(lambda m: ".".join(g for g in m.groups() if g is not None), text)
+    if re.search(r"\d\.\d{3}(?!\d)", text) and language_of(text) in ("es", "pt", "de", "it"):
+        text = _DOT_THOUSANDS.sub(lambda m: m.group(0).replace(".", ""), text)
+    return text
+
+
 def _in_plain_numbers(text: str) -> str:
     """Numbers written with words as the numbers they are: ``$1.45 million`` -> ``$1450000``, ``10 degrees
     below zero`` -> ``-10 degrees``, ``all real numbers greater than 2`` -> ``x > 2``, ``all x with x > 5``
@@ -546,7 +580,8 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
 
     Returns ``(answer or None, how it was read)``: ``_MATH``, ``_EXPRESSION``, ``_LATER_EXPRESSION`` or ``_WORDS``.
     """
-    lead = re.match(r"[\s:*_]*", rest)
+    lead = re.match(r"[\s:*_]*(?:(?:definitely|clearly|indeed|simply|just|exactly|still|actually|really|now|donc|alors|"
+                    r"entonces|então|also|quindi|итак|поэтому)[ \t]+)?", rest, re.IGNORECASE)
     body = _restated_explicitly(rest[lead.end():])
     choice = _CHOICE.match(body)
     if choice:  # a choice letter, perhaps with its option's value: "(B) 9", "(B) $3(1+r/10)^x=7$"
@@ -608,6 +643,8 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     roots = _values_of_one_name(sentence)
     if roots:  # "x = 2 and x = 7": both values
         return roots, _EXPRESSION
+    if "=" in sentence and re.search(r"\d", _REASON.sub("", sentence)):
+        sentence = _REASON.sub("", sentence)  # "2, since the other root, x = -3, is not positive": the reason's
     if "=" in sentence and not _is_equation(sentence):  # "2 * 1 = 2 bolts": the value is after the last "="
         sentence = sentence.rsplit("=", 1)[1].strip()
     elif "=" in sentence:  # an equation is the answer whole: "the plane is 5x-7y+11z+4=0."
@@ -616,7 +653,7 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     if expr is not None:
         other = _OTHER_VALUE.search(sentence) or \
             (_MIGHT_ALSO_AFTER.match(sentence, len(expr)) if sentence.startswith(expr) else None)
-        if other:  # "104 hours (possibly 44)", "70, but it might also be 71 goats": two answers
+        if other and not _same_number(expr, drop_thousands_separators(other.group(1))):  # "104 hours (possibly 44)", "70, but it might also be 71 goats": two answers
             return f"{expr}, {drop_thousands_separators(other.group(1))}", _EXPRESSION
         rounded = re.match(r"[ \t]*(?:≈|\\approx|~)[ \t]*", sentence[len(expr):]) if sentence.startswith(expr) else None
         if rounded and _in_problem(expr, problem) and leading_expression(sentence[len(expr) + rounded.end():]):
@@ -626,9 +663,6 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
         variable = re.fullmatch(r"[ \t]+([A-Za-z])[ \t]*", sentence[len(expr):]) if sentence.startswith(expr) else None
         if variable and re.fullmatch(r"[-−]?\d+(?:\.\d+)?", expr) and _problem_variable(variable.group(1), problem):
             expr += variable.group(1)  # "2 k" for "Express ... in terms of $k$": the product 2k, not 2 and a unit
-        alternative = _OR_VALUE.match(sentence, len(expr)) if sentence.startswith(expr) else None
-        if alternative and not _same_number(expr, alternative.group(1)):
-            return f"{expr}, {alternative.group(1)}", _EXPRESSION  # "70 holes or 91 holes": two answers, none
         return _with_unit(_with_half_day(expr, sentence), sentence.strip(), 0), _EXPRESSION
     # prose first ("approximately 18 dollars"): the first expression that starts with a number after
     # the sentence's verb ("The 50th term is 2"), never an ordinal
@@ -810,7 +844,7 @@ def extract_answer(text: str, problem: str | None = None) -> str | None:
         Nothing.
     """
     ans, solution = _extract(text, problem)
-    return _with_stated_unit(_in_digits(ans), solution)
+    return _with_stated_unit(_in_digits(english_units(ans) if ans else ans), solution)
 
 
 def _with_stated_unit(ans: str | None, solution: str) -> str | None:
@@ -902,6 +936,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     text = re.sub(r"\b(?:R|US|C|A)\$[ \t]*(?=\d)", "", text)  # reais and other dollars' signs: "R$ 21,00" is 21,00
     text = _THAT_IS_ABBREVIATION.sub("that is,", text)
     text = ascii_relations(text)
+    text = english_units(_european_numbers(text))
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
     text = _in_plain_numbers(text)
     text, hash_line = _solution_part(text)
@@ -915,11 +950,26 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         for m in reversed(statements):
             if m.start() < anchor:
                 break
+            if re.match(r"[\s:*_]*(?:not|n't)\b", text[m.end():], re.IGNORECASE):
+                continue  # "the answer is not $\\sqrt{149}$ (that was my earlier mistake)": a rejection
             ans, how = _phrase_answer(text[m.end():], problem, language_of(m.group(0)))
             if ans and how in (_MATH, _EXPRESSION):
-                return ans, text
+                if boxed and conflicting(boxed, ans) and _adjacent(text[boxes[-1].end:m.start()]):
+                    return f"{boxed}, {ans}", text  # "$\\boxed{7}$ ... **Final answer: 9**": two answers, none
+                return _hedged(text, m.end(), ans, problem), text
+    if _undecided(text):
+        return None, text
     if boxed:
-        return _retracted(text, boxes[-1].end, problem) or boxed, text
+        retracted = _retracted(text, boxes[-1].end, problem)
+        if retracted:
+            return retracted, text
+        before = _statement_before(text, statements, boxes[-1].start, problem)
+        if conflicting(before, boxed):
+            return f"{before}, {boxed}", text  # "**Answer: 7**\n\n$\\boxed{9}$": two answers, none
+        alternative = alternative_after(answer_sentence(text, boxes[-1].end), boxed, problem)
+        if alternative:
+            return f"{boxed}, {alternative}", text
+        return _undecided_between(text, boxes[-1].start, boxes[-1].end, problem) or boxed, text
     if hashed:
         return hashed, text
     for m in reversed(statements):
@@ -927,10 +977,116 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
             continue  # "## Final Answer\n$720 - 576 = 144$? Recounting gives ...": the model doubts it
         ans, _ = _phrase_answer(text[m.end():], problem, language_of(m.group(0)))
         if ans:
-            return _retracted(text, m.end(), problem) or ans, text
+            return _retracted(text, m.end(), problem) or _undecided_between(text, m.start(), m.end(), problem) or \
+                _hedged(text, m.end(), ans, problem), text
     if _ends_in_loop(text) or _cut_off(text) or _gives_up(text):
         return None, text
-    return closing_answer(text, problem), text
+    closing = closing_answer(text, problem)
+    if closing:
+        # the sentence it is read from: the last one that is no check, footer or aside
+        sentences = [x for x in _sentences(_without_checks(text))
+                     if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
+        values = undecided_values(sentences[-1], problem) if sentences else None
+        return (", ".join(values) if values else closing), text
+    return closing, text
+
+
+def _hedged(text: str, start: int, ans: str, problem: str | None) -> str:
+    """``ans``, stated in the sentence that starts at ``start``, or ``"ans, other"`` when a hedge after
+    its value offers another candidate (:func:`core.grading.hedges.alternative_after`: "12, unless the
+    teacher counts, in which case 13"): a solution that names two answers commits to none."""
+    restated = re.fullmatch(r"(.+?),?[ \t]+or[ \t]+(.+?)", ans)
+    if restated and plain_value(restated.group(1)) is not None:
+        ans = restated.group(1)  # "0.5, or 50%", "$45, or 75% of the price": the rest of its sentence decides
+    value = plain_value(ans)
+    if value is None:
+        return ans
+    sentence = answer_sentence(text, start)
+    for number in re.finditer(r"(?<![\d.,])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?(?![\d/])", sentence):
+        if plain_value(number.group(0)) == value:
+            alternative = alternative_after(sentence[number.end():], ans, problem)
+            return f"{ans}, {alternative}" if alternative else ans
+    return ans
+
+
+def _undecided_between(text: str, start: int, end: int, problem: str | None) -> str | None:
+    """``"13, 11"`` when the sentence around ``text[start:end]`` (a box, an answer phrase, the closing
+    words) weighs values without choosing ("I'd lean towards $13$, but it would be $11$ if ...";
+    :func:`core.grading.hedges.undecided_values`), else None."""
+    before = max(text.rfind("\n", 0, start), *(m.end() - 1 for m in re.finditer(r"[.!?][)\]]?(?=\s)", text[:start])), -1)
+    sentence = text[before + 1:end] + answer_sentence(text, end)
+    sentence = re.sub(r"\\(?:boxed|fbox)\{([^{}]*)\}", r"\1", sentence)
+    values = undecided_values(sentence, problem)
+    return ", ".join(values) if values else None
+
+
+def _adjacent(gap: str) -> bool:
+    """Whether two final statements with ``gap`` between them stand side by side: no retraction and at most
+    three words between them besides an answer phrase ("So", "The final answer is:"), so no sentence that
+    corrects one ("The two ends were counted twice.")."""
+    words = re.findall(r"[^\W\d_]+", _ANSWER_PHRASE.sub(" ", _ANSWER_LABEL.sub(" ", gap)).replace("boxed", " "))
+    return not _RETRACTION.search(gap) and len(words) <= 3
+
+
+def _statement_before(text: str, statements: list[re.Match], box_start: int, problem: str | None) -> str | None:
+    """The answer a phrase or labelled line states right before the box at ``box_start`` (at most one
+    short line between them, no retraction), else None: "**Answer: 7**\n\n$\\boxed{9}$" states 7."""
+    for m in reversed(statements):
+        if m.start() >= box_start:
+            continue
+        end = m.end() + len(answer_sentence(text, m.end()))
+        gap = text[end:box_start]
+        if end > box_start:
+            continue  # "The final answer is: $\\boxed{15}$": the box's own statement
+        if not _adjacent(gap):
+            return None
+        ans, _ = _phrase_answer(text[m.end():], problem, language_of(m.group(0)))
+        return ans
+    return None
+
+
+# a model saying it has not decided between answers: "I can't pin it down further", "Both readings seem possible",
+# "Could you clarify whether ...?", "These disagree, and I don't have time to resolve which is correct."
+_UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:'|’)t|[ \t]+not)|(?:am|'m)[ \t]+unable[ \t]+to|"
+                        r"do(?:n(?:'|’)t|[ \t]+not)[ \t]+(?:have[ \t]+time[ \t]+to|know))[ \t]+(?:pin[ \t]+(?:it|this)[ \t]+down|"
+                        r"tell[ \t]+which|decide|rule[ \t]+(?:either|one|out)|resolve[ \t]+which|be[ \t]+sure[ \t]+which|"
+                        r"say[ \t]+which|determine[ \t]+which)"
+                        r"|\b(?:not|n(?:'|’)t)[ \t]+(?:completely[ \t]+|entirely[ \t]+|fully[ \t]+)?(?:sure|certain)[ \t]+"
+                        r"(?:which|whether)\b"
+                        r"|\bboth[ \t]+(?:readings|interpretations|answers|values|options|cases|results)[ \t]+"
+                        r"(?:seem|are|remain|look|could|might)\b"
+                        r"|\b(?:could|can|would)[ \t]+you[ \t]+(?:please[ \t]+)?clarify\b"
+                        r"|\b(?:the[ \t]+)?(?:problem|question|wording)[ \t]+(?:does(?:n(?:'|’)t|[ \t]+not)|did(?:n(?:'|’)t|[ \t]+not))"
+                        r"[ \t]+(?:say|specify|make[ \t]+(?:it[ \t]+)?clear|tell)\b"
+                        r"|\b(?:the[ \t]+answer[ \t]+is[ \t]+)?one[ \t]+of[ \t]+(?:these|those|the)[ \t]+two\b"
+                        r"|\bwhich[ \t]+(?:interpretation|reading|one|version)[ \t]+did[ \t]+you[ \t]+(?:intend|mean)\b"
+                        r"|\bbefore[ \t]+i[ \t]+give[ \t]+a[ \t]+final[ \t]+answer\b|\bi(?:'|’)ll[ \t]+finali[sz]e\b"
+                        r"|\bcan(?:no|'|’)?t[ \t]+give[ \t]+a[ \t]+single[ \t]+answer\b|\bdoes(?:n(?:'|’)t|[ \t]+not)[ \t]+settle\b"
+                        r"|\b(?:it|this|that|the[ \t]+answer)[ \t]+depends[ \t]+on\b|\bin[ \t]+one[ \t]+case\b[^.]*\bin[ \t]+the[ \t]+other\b"
+                        r"|\bno[ \t]+estoy[ \t]+segur[oa]|\bje[ \t]+ne[ \t]+suis[ \t]+pas[ \t]+s[ûu]r|\bnicht[ \t]+sicher\b"
+                        r"|\bне[ \t]+уверен|\bnão[ \t]+tenho[ \t]+certeza|无法确定|不确定|わかりません|判断できません", re.IGNORECASE)
+# what commits to an answer after a doubt: "..., but I'll go with 12", "... so the answer is 12"
+_COMMITS = re.compile(r"\b(?:i(?:'|’)?ll|i[ \t]+will|i(?:'|’)?d|let(?:'|’)s|we(?:'|’)ll)[ \t]+(?:go[ \t]+with|choose|pick|take|"
+                      r"settle[ \t]+on|answer)\b|\bgoing[ \t]+with\b|\b(?:most|more)[ \t]+likely\b|\bdefinitely\b|"
+                      r"\bconfident\b|\\boxed", re.IGNORECASE)
+
+
+def _undecided(text: str) -> bool:
+    """Whether the solution's last paragraph says the model has not decided between answers ("I can't
+    pin it down further", "Both readings seem possible", "Could you clarify whether ...?", "These
+    disagree, and I don't have time to resolve which is correct.") and nothing after it commits to one
+    ("..., but I'll go with 12", "so the answer is 12"): whatever it stated before answers nothing."""
+    paragraphs = [p for p in re.split(r"\n[ \t]*\n", text.strip()) if p.strip() and not _FOOTER.match(p)]
+    if not paragraphs:
+        return False
+    last = paragraphs[-1]
+    doubts = list(_UNDECIDED.finditer(last))
+    if not doubts:
+        return False
+    after = last[doubts[-1].end():]
+    unconditional = [m for m in _ANSWER_PHRASE.finditer(after)
+                     if not re.search(r"\b(?:if|unless|otherwise|whether)\b[^.;]*$", after[:m.start()], re.IGNORECASE)]
+    return not (_COMMITS.search(after) or unconditional)
 
 
 # a model saying it could not finish: "I'm not sure how to finish this one; the problem seems to be missing
@@ -989,7 +1145,9 @@ def _ends_in_loop(text: str) -> bool:
 
 
 # a model taking back what it just stated: "\boxed{10}... wait, that's the discounts", "Wait, I should check"
-_RETRACTION = re.compile(r"(?:^|(?<=[\s.!?)}$]))(?:wait|actually|hmm+|hold on|oops|on second thought)\b[,.!:]?",
+_RETRACTION = re.compile(r"(?:^|(?<=[\s.!?)}$]))(?:wait|actually|hmm+|hold on|oops|on second thought|attendez|attends|espera|"
+                         r"espere|warte|moment(?:[ \t]+mal|(?=[ \t]*[,!]))|aspetta|подождите|погодите|रुकिए|रुको|等等|等一下|待って|"
+                         r"ちょっと待って|잠깐|انتظر)(?:\b|(?<=[^\x00-\x7f]))[,.!:]?",
                          re.IGNORECASE)
 
 
@@ -1041,7 +1199,8 @@ _EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|reason|justificat
                           re.IGNORECASE | re.MULTILINE)
 # What a chat model adds after its answer: offers, wishes, notes, trivia ("Let me know if ...")
 _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if you(?:'d| would)? like|"
-                     r"note:|tip:|hint:|remark:|fun fact|p\.?s\.?\b|happy to help)", re.IGNORECASE)
+                     r"note:|tip:|hint:|remark:|fun fact|p\.?s\.?\b|happy to help|if you (?:got|get|found|obtained)\b|"
+                     r"(?:don(?:'|’)t|do not) confuse|be careful not to|a common (?:mistake|error|slip))", re.IGNORECASE)
 # A horizontal rule: what follows it is a footer once something was stated before it
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
 _STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|"

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from .question import question_of
 
-__all__ = ["DIMENSIONS", "MEASURES", "SHORT_UNITS", "asked_unit", "compound_values", "measure_after", "named_units", "rate_key", "unit_key", "unit_word"]
+__all__ = ["DIMENSIONS", "MEASURES", "SHORT_UNITS", "asked_unit", "compound_values", "english_units", "measure_after", "named_units", "rate_key", "unit_key", "unit_word"]
 
 # Units of one or two letters; longer words (dollars, inches, apples) count as units anyway.
 SHORT_UNITS = frozenset("""m cm mm km nm g kg mg s ms h hr hrs min ft in yd mi mph kph lb lbs oz l L ml mL
@@ -124,6 +124,28 @@ def measure_after(text: str) -> str | None:
             _in_base(f"1 {smaller.group(2)}")[1] == _in_base(f"1 {m.group(1)}")[1]:
         return m.group(1) + smaller.group(0)  # "2 hours 40 minutes", "5 feet 3 inches": one quantity
     return m.group(1)
+
+
+# units of time in the languages the grader reads, and the "and" between two of them
+_FOREIGN_UNITS = {"hours": r"horas|heures|stunden|ore|часа|часов|घंटे|ساعات|小时|小時|時間|시간",
+                  "hour": r"hora|heure|stunde|ora|час|घंटा|ساعة",
+                  "minutes": r"minutos|minuten|minuti|минуты|минут|मिनट|دقائق|دقيقة|分钟|分鐘|分|분",
+                  "minute": r"minuto|minute|минута", "seconds": r"segundos|secondes|sekunden|secondi|секунд|सेकंड|ثوان|秒|초",
+                  "days": r"días|dias|jours|tage|giorni|дней|дня|दिन|أيام|天|日|일"}
+_FOREIGN_UNIT = re.compile(r"(?<=\d)([ \t]*)(" + "|".join(_FOREIGN_UNITS.values()) + r")(?![^\W\d_])(?=(\d)?)", re.IGNORECASE)
+_FOREIGN_AND = re.compile(r"(?<=[a-z])[ \t]+(?:y|e|et|und|и|और|و)[ \t]+(?=\d)")
+
+
+def english_units(answer: str) -> str:
+    """An answer with its units of time written in English: ``7 घंटे 32 मिनट`` -> ``7 hours 32 minutes``,
+    ``4 Stunden und 10 Minuten`` -> ``4 hours and 10 minutes``, ``3小时20分钟`` -> ``3 hours 20 minutes``, so that
+    a value in two units compares (:func:`compound_values`); any other answer as it is."""
+    def english(m: re.Match) -> str:
+        name = next(name for name, words in _FOREIGN_UNITS.items() if re.fullmatch(words, m.group(2), re.IGNORECASE))
+        return " " + name + (" " if m.group(3) else "")
+
+    out = _FOREIGN_UNIT.sub(english, answer)
+    return _FOREIGN_AND.sub(" and ", out) if out != answer else answer
 
 
 # each unit as a multiple of its dimension's base unit, where one value may be written in two units
