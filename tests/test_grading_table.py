@@ -93,7 +93,11 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # restatement ("135 minutes, or 2 hours and 15 minutes", "$45, or 75% of the price"); a last paragraph
          # that does not decide; a box and an answer line that disagree; other scripts' digits, continental
          # numbers, units of time and labels in other languages, their retractions ("Attendez", "Moment,")
-         "hedges-conditions", "undecided", "box-label-conflict", "scripts-locales"}
+         "hedges-conditions", "undecided", "box-label-conflict", "scripts-locales",
+         # a sentence that weighs two values ("I'd lean towards 60, but ...") against one that settles them; a
+         # practice problem after the answer, a copy of the problem cut off, a #### line after a box, "X is the
+         # final answer"; Turkish, Vietnamese and Indonesian labels, YAML keys, Russian conclusions
+         "weighing-values", "followups-copies", "more-languages"}
 
 
 def _rows() -> list[dict]:

@@ -53,6 +53,9 @@ _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual
                             # ... in Japanese, Korean and Arabic: "答えは 157 です", "정답은 42입니다", "الإجابة هي 42"
                             r"|(?:正しい|最終的な)?答えは|(?:최종[ \t]*)?(?:정답|답)은|(?:ال)?(?:إجابة|جواب)(?:[ \t]+(?:ال)?(?:نهائية|صحيحة))?"
                             r"(?:[ \t]+(?:هي|هو)|(?=[ \t]+إما))"
+                            # "So my answer is 22", Turkish, Vietnamese and Indonesian: "cevap 93001 olur", "Đáp án là 9"
+                            r"|\b(?:my|our)[ \t]+(?:final[ \t]+)?answer[ \t]+is\b|\bcevap(?:ımız)?[ \t]+(?=\d)|"
+                            r"đáp[ \t]+(?:án|số)(?:[ \t]+cuối[ \t]+cùng)?[ \t]+là|jawaban(?:nya)?(?:[ \t]+akhir)?[ \t]+adalah"
                             # "final answer:" in a sentence, or a bold label in one: "... une erreur. **Réponse finale : 6,277**"
                             r"|\b(?:réponse|respuesta|resposta|risposta)[ \t]+finale?[ \t]*[:：]|\bendgültige[ \t]+antwort[ \t]*[:：]"
                             r"|(?<=\*\*)(?:réponse|respuesta|resposta|risposta|antwort|ответ|答案|答え|정답|उत्तर|الإجابة)[ \t]*[:：]",
@@ -60,11 +63,13 @@ _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual
 # A labelled line: "Answer: 12", "**Final Answer:** 12", "#### Answer: 12", in any case, and the label in
 # French, Spanish, Portuguese, German, Italian, Russian and Chinese ("Réponse : 12", "答案：12"); or a heading
 # "**Final Answer**" / "### Final Answer" alone on its line, the answer on the lines after it.
-_ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|updated)[ \t]+)?answer[ \t*_]*[:：]"
+_ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|updated)[ \t_]+)?answer[ \t*_]*[:：]"
+                           r"|^[ \t{,]*[\"'](?:final[ \t_]?)?answer[\"'][ \t]*:"
                            r"|^[ \t>#*_-]*(?:(?:réponse|respuesta|resposta|risposta)(?:[ \t]+finale?)?|"
                            r"(?:(?:endgültige|finale)[ \t]+)?antwort|(?:end)?ergebnis|résultat[ \t]+final|resultado[ \t]+final|(?:окончательный[ \t]+|итоговый[ \t]+)?ответ|(?:最终)?答案|"
                            r"(?:最終的な)?答え|解答|(?:최종[ \t]*)?(?:정답|답)|(?:अंतिम[ \t]+)?उत्तर|"
-                           r"(?:ال)?(?:إجابة|جواب)(?:[ \t]+(?:ال)?نهائية)?)[ \t*_]*[:：]"
+                           r"(?:ال)?(?:إجابة|جواب)(?:[ \t]+(?:ال)?نهائية)?|(?:nihai[ \t]+)?(?:cevap|yanıt)|sonuç|"
+                           r"đáp[ \t]+(?:án|số)(?:[ \t]+cuối[ \t]+cùng)?|kết[ \t]+quả|jawaban(?:[ \t]+akhir)?|hasil[ \t]+akhir)[ \t*_]*[:：]"
                            r"|^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
 # A GSM8K answer line: ``#### 18``; ``#### Step 1``, ``#### 1. The area`` and ``#### (a) Part one`` are
 # Markdown headings (a word follows, or a numbered word), no answer.
@@ -83,7 +88,10 @@ _FOLLOW_UP = re.compile(r"^[ \t>*_#-]*(?:(?:next|new|another|related|similar|bon
                         r"[ \t*_]*[:：!]"
                         r"|(?:would|do)[ \t]+you[ \t]+(?:like|want)\b|shall[ \t]+i\b|want[ \t]+me[ \t]+to\b"
                         r"|is[ \t]+there[ \t]+anything[ \t]+else\b|anything[ \t]+else\b"
-                        r"|(?:related|bonus|extra|fun|similar)[ \t]+\w+(?:[ \t]+\w+){0,4}[ \t*_]*[:：])",
+                        r"|(?:related|bonus|extra|fun|similar)[ \t]+\w+(?:[ \t]+\w+){0,4}[ \t*_]*[:：])"
+                        # a heading of its own: "### Practice Problem", "**Bonus question**"
+                        r"|^[ \t]*(?:#{1,6}[ \t]*|\*\*)(?:practice|bonus|extra|similar|related|follow[- ]?up|next|new|another)"
+                        r"(?:[ \t]+\w+){0,2}[ \t*_]*$",
                         re.IGNORECASE | re.MULTILINE)
 # The end-of-text tokens of common chat and base models, written out when a model runs past its end
 _END_TOKEN = re.compile(r"<\|(?:endoftext|im_end|eot_id|end_of_text|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>")
@@ -526,6 +534,11 @@ _MONEY_DECIMAL = re.compile(r"(?<![\d.,])(\d+),(\d{2})(?=[ \t]*(?:\$|€|£|¥|�
                             r"|(?<=[$€£][ \t])(\d+),(\d{2})(?![\d,])|(?<=[$€£])(\d+),(\d{2})(?![\d,])")
 
 
+# words of languages that group thousands with dots and have no number-word reader here (tr, vi, id)
+_DOT_GROUPING = re.compile(r"\b(?:cevap|sonuç|adım|olarak|için|đáp|bước|là|của|jawaban|langkah|adalah|yang|dengan|"
+                           r"kita|maka|jadi|totalnya|hitung)\b", re.IGNORECASE)
+
+
 def _european_numbers(text: str) -> str:
     """Numbers in the continental form as plain ones: ``1.248,00`` / ``1 100,00`` -> ``1248.00`` /
     ``1100.00`` (thousands grouped, a decimal comma: never English), ``140,00 $`` -> ``140.00 $`` (two
@@ -533,7 +546,7 @@ def _european_numbers(text: str) -> str:
     ``1128`` (a dot groups thousands there; :func:`core.grading.number_words.language_of`)."""
     text = _GROUPED_DECIMAL.sub(lambda m: re.sub(r"[. \u202f]", "", m.group(0)).replace(",", "."), text)
     text = _MONEY_DECIMAL.sub(lambda m: ".".join(g for g in m.groups() if g is not None), text)
-    if re.search(r"\d\.\d{3}(?!\d)", text) and language_of(text) in ("es", "pt", "de", "it"):
+    if re.search(r"\d\.\d{3}(?!\d)", text) and (language_of(text) in ("es", "pt", "de", "it") or _DOT_GROUPING.search(text)):
         text = _DOT_THOUSANDS.sub(lambda m: m.group(0).replace(".", ""), text)
     return text
 
@@ -787,7 +800,7 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
         if _ANSWER_PHRASE.search(before) or _ANSWER_LABEL.search(before) or _BOX_CMD.search(before) or answered_after:
             # a new question/answer pair after the solution's work is the next few-shot sample, answered or not
             return before, (m if m and m.end() <= question.start() else None)
-    return text, m
+    return text, (m if m and m.end() <= len(text) else None)  # a #### line of a follow-up cut off is none
 
 
 def extract_answer(text: str, problem: str | None = None) -> str | None:
@@ -943,6 +956,9 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     boxes = _boxes(text)
     boxed = final_boxes(text)
     hashed = drop_thousands_separators(hash_line.group(1)).rstrip(".").strip() if hash_line else None
+    glossed = hashed and re.fullmatch(r"(?P<words>[^()]+?)[ \t]*\((?P<digits>-?\d[\d.]*)\)", hashed)
+    if glossed and re.search(r"[^\W\d_]|, ", glossed.group("words")):
+        hashed = glossed.group("digits")  # "#### one thousand, two hundred and eighteen (1218)"
     statements = sorted([*_ANSWER_PHRASE.finditer(text), *_ANSWER_LABEL.finditer(text)], key=lambda m: m.end())
     anchors = ([boxes[-1].end] if boxed else []) + ([hash_line.start()] if hashed else [])
     if anchors:
@@ -959,6 +975,11 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
                 return _hedged(text, m.end(), ans, problem), text
     if _undecided(text):
         return None, text
+    if boxed and hashed and hash_line.start() > boxes[-1].end:
+        # "So the answer is \\(\\boxed{5}\\). Let me reconsider ... 5 - 4 = 1.\n\n#### 1": the last word
+        if conflicting(boxed, hashed) and _adjacent(text[boxes[-1].end:hash_line.start()]):
+            return f"{boxed}, {hashed}", text
+        boxed = None
     if boxed:
         retracted = _retracted(text, boxes[-1].end, problem)
         if retracted:
@@ -976,11 +997,16 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         if _doubted(text[m.end():]):
             continue  # "## Final Answer\n$720 - 576 = 144$? Recounting gives ...": the model doubts it
         ans, _ = _phrase_answer(text[m.end():], problem, language_of(m.group(0)))
+        if ans and _cut_off(text) and not re.search(r"\S[ \t]*\n", text[m.end():].lstrip()):
+            return None, text  # "... to get the final answer:\n\n84 -": the answer line never ended
         if ans:
             return _retracted(text, m.end(), problem) or _undecided_between(text, m.start(), m.end(), problem) or \
                 _hedged(text, m.end(), ans, problem), text
-    if _ends_in_loop(text) or _cut_off(text) or _gives_up(text):
+    if _ends_in_loop(text) or _cut_off(text) or _gives_up(text) or _restates_problem(text, problem):
         return None, text
+    inverted = _inverted_statement(text, problem)
+    if inverted:
+        return inverted, text
     closing = closing_answer(text, problem)
     if closing:
         # the sentence it is read from: the last one that is no check, footer or aside
@@ -1007,6 +1033,36 @@ def _hedged(text: str, start: int, ans: str, problem: str | None) -> str:
             alternative = alternative_after(sentence[number.end():], ans, problem)
             return f"{ans}, {alternative}" if alternative else ans
     return ans
+
+
+# the answer named before its label: "**$1** is the final answer.", "So we get \\frac{3}{2} as our answer."
+_INVERTED = re.compile(r"^(?:.*?\b(?:get|got|obtain|have|find)[ \t]+)?(?P<answer>[^\s].*?)[ \t]+(?:is|as)[ \t]+(?:the|my|our)[ \t]+"
+                       r"(?:final[ \t]+|correct[ \t]+)?answer[ \t*_]*[.!]?[ \t*_]*$", re.IGNORECASE)
+
+
+def _inverted_statement(text: str, problem: str | None) -> str | None:
+    """The answer of a last sentence that names it before its label ("**$1** is the final answer.", "So we get
+    \\frac{3}{2} as our answer."; checks, footers and asides after it aside), else None."""
+    sentences = [x for x in _sentences(_without_checks(text))
+                 if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
+    m = _INVERTED.search(sentences[-1].strip()) if sentences else None
+    if not m:
+        return None
+    ans, how = _phrase_answer(" " + m.group("answer"), problem)
+    return ans if ans and how in (_MATH, _EXPRESSION) else None
+
+
+def _restates_problem(text: str, problem: str | None) -> bool:
+    """Whether the solution's last paragraph only copies the problem statement ("Okay, so the problem says:
+    Jamal's phone can hold 6 times more", cut off by a token limit): a number in it is the problem's, no
+    answer. What counts is the paragraph after its first colon, 20 characters or more, spacing aside."""
+    if not problem:
+        return False
+    last = re.sub(r"\s+", " ", re.split(r"\n[ \t]*\n", text.strip())[-1]).strip()
+    source = re.sub(r"\s+", " ", normalise_unicode(problem))
+    # the paragraph from its first colon or from the start of one of its sentences
+    starts = [0] + [m.end() for m in re.finditer(r"[:.!?][ ]", last[:200])]
+    return any(len(last) - k >= 20 and last[k:].strip() in source for k in starts)
 
 
 def _undecided_between(text: str, start: int, end: int, problem: str | None) -> str | None:
@@ -1147,7 +1203,9 @@ def _ends_in_loop(text: str) -> bool:
 # a model taking back what it just stated: "\boxed{10}... wait, that's the discounts", "Wait, I should check"
 _RETRACTION = re.compile(r"(?:^|(?<=[\s.!?)}$]))(?:wait|actually|hmm+|hold on|oops|on second thought|attendez|attends|espera|"
                          r"espere|warte|moment(?:[ \t]+mal|(?=[ \t]*[,!]))|aspetta|подождите|погодите|रुकिए|रुको|等等|等一下|待って|"
-                         r"ちょっと待って|잠깐|انتظر)(?:\b|(?<=[^\x00-\x7f]))[,.!:]?",
+                         r"ちょっと待って|잠깐|انتظر|bekle|bir[ \t]+dakika|khoan(?:[ \t]+đã)?|tunggu|"
+                         r"let[ \t]+me[ \t]+(?:re-?consider|re-?read|re-?think|redo)|i[ \t]+forgot|we[ \t]+are[ \t]+not[ \t]+done|"
+                         r"(?:we|i)[ \t]+still[ \t]+need[ \t]+to)(?:\b|(?<=[^\x00-\x7f]))[,.!:]?",
                          re.IGNORECASE)
 
 
@@ -1163,8 +1221,11 @@ def _retracted(text: str, end: int, problem: str | None) -> str | None:
     sentences = [s for s in _sentences(rest) if s.strip()]
     # the end of the stated answer's own sentence: the retraction follows it at once
     # (after a box: its closing marks; after "the answer is": the rest of its sentence)
-    at_once = re.fullmatch(r"(?:[^\n.!?]|\.(?=\d))*[\s.,;:!)}$\\]*", text[end:cue.start()]) is not None
-    concludes = bool(sentences) and re.match(r"[\s*_]*(?:so|thus|therefore|hence|the (?:only|final|correct))\b",
+    at_once = re.fullmatch(r"(?:[^\n.!?]|\.(?=\d))*[\s.,;:!)}\]$\\`]*", text[end:cue.start()]) is not None
+    concludes = bool(sentences) and re.match(r"[\s*_#]*(?:so|thus|therefore|hence|the (?:only|final|correct)|"
+                                              r"(?:that|this|which) (?:makes|gives)|\d|таким образом|итак|donc|"
+                                              r"por lo tanto|portanto|daher|quindi|maka|jadi|vậy|dolayısıyla|"
+                                              r"sonuç olarak)\b|[\s*_#]*(?:因此|所以|したがって|따라서|इसलिए|لذلك)",
                                               sentences[-1], re.IGNORECASE)
     if not (at_once or concludes) or len(sentences) < 2:
         return None
