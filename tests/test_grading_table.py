@@ -97,7 +97,12 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # a sentence that weighs two values ("I'd lean towards 60, but ...") against one that settles them; a
          # practice problem after the answer, a copy of the problem cut off, a #### line after a box, "X is the
          # final answer"; Turkish, Vietnamese and Indonesian labels, YAML keys, Russian conclusions
-         "weighing-values", "followups-copies", "more-languages"}
+         "weighing-values", "followups-copies", "more-languages",
+         # a label or sentence that holds the word for "answer" in any of the grader's languages ("Poprawiona
+         # odpowiedź: 58", "修正后的答案：36", "Jawaban yang benar adalah 58"), "..., das ist meine Antwort"; a question
+         # back, "no definitive answer", "not sure" in more languages; a bold answer restated after a dash ("**7
+         # dozen eggs** — that's 84 eggs"), "### Problem 2", "Here's a similar problem ...", lists joined by "و"
+         "named-labels", "undecided-questions", "restated-followups"}
 
 
 def _rows() -> list[dict]:

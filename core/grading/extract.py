@@ -71,6 +71,17 @@ _ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|upda
                            r"(?:ال)?(?:إجابة|جواب)(?:[ \t]+(?:ال)?نهائية)?|(?:nihai[ \t]+)?(?:cevap|yanıt)|sonuç|"
                            r"đáp[ \t]+(?:án|số)(?:[ \t]+cuối[ \t]+cùng)?|kết[ \t]+quả|jawaban(?:[ \t]+akhir)?|hasil[ \t]+akhir)[ \t*_]*[:：]"
                            r"|^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
+# A labelled line whose label holds the word for "answer" (or "result") of a language the grader reads, among
+# up to six words: "Poprawiona odpowiedź: 22", "Gecorrigeerd antwoord: 16", "修正后的答案：-16", "คำตอบสุดท้าย: 480"
+_ANSWER_WORD = (r"(?:\b(?:answer|réponse|respuesta|resposta|risposta|antwort|antwoord|odpowied[zź]|odp|svar(?:et)?|cevab?ı?|"
+                r"yanıt|jawaban(?:nya)?|trả[ \t]+lời|đáp[ \t]+(?:án|số)|kết[ \t]+quả|ответ|відповідь|wynik|resultado|"
+                r"résultat|ergebnis|endergebnis|sonuç|hasil|vastaus|válasz|odpověď)\b|คำตอบ|答案|答え|解答|정답|उत्तर|"
+                r"الإجابة|الجواب|إجابة)")
+_NAMED_LABEL = re.compile(r"^[ \t>#*_-]*(?=[^\n:：\d=]{0,60}?" + _ANSWER_WORD + r")(?:[^\s:：\d=*_()\[\]]+[ \t.]*){1,6}?[ \t*_]*[:：]"
+                          r"(?=[^\n`]*\d)", re.IGNORECASE | re.MULTILINE)
+# ... and a sentence that names it: "Poprawna odpowiedź to 2520.", "Jawaban yang benar adalah 147."
+_NAMED_PHRASE = re.compile(_ANSWER_WORD + r"(?:[ \t]+[^\s\d$]+){0,3}?[ \t]+(?:to|adalah|jest|är|er|on|olur|lautet|là|är)"
+                           r"[ \t]*:?(?=[ \t*_]*(?:\$|-?\d))", re.IGNORECASE)
 # A GSM8K answer line: ``#### 18``; ``#### Step 1``, ``#### 1. The area`` and ``#### (a) Part one`` are
 # Markdown headings (a word follows, or a numbered word), no answer.
 _HASH_LINE = re.compile(r"####(?![ \t]*(?:[A-Za-z]{2}|\(?[A-Za-z0-9]{1,3}[.):][ \t]+[A-Za-z]))[ \t]*(\S[^\n]*)$",
@@ -78,7 +89,9 @@ _HASH_LINE = re.compile(r"####(?![ \t]*(?:[A-Za-z]{2}|\(?[A-Za-z0-9]{1,3}[.):][ 
 
 # A line that opens a new problem, as in the few-shot prompts models continue after their answer
 _NEXT_QUESTION = re.compile(r"^[ \t>*_#]*(?:question|q|problem|user|human|instruction|input)(?:[ \t]*\d+)?[ \t*_]*[:：.]"
-                            r"(?:[ \t*_]*\S|[ \t*_]*\n[ \t]*\S)",
+                            r"(?:[ \t*_]*\S|[ \t*_]*\n[ \t]*\S)"
+                            # a numbered heading of its own: "### Problem 2"
+                            r"|^[ \t]*(?:#{1,6}[ \t]*|\*\*)(?:question|problem|exercise)[ \t]+\d+[ \t*_]*\n",
                             re.IGNORECASE | re.MULTILINE)
 # A line that opens an exercise or an offer of the model's own after its solution: "Follow-up question:",
 # "Try it yourself: ...", "Related practice: ...", "Next question: ...", "Would you like me to ..."
@@ -89,6 +102,9 @@ _FOLLOW_UP = re.compile(r"^[ \t>*_#-]*(?:(?:next|new|another|related|similar|bon
                         r"|(?:would|do)[ \t]+you[ \t]+(?:like|want)\b|shall[ \t]+i\b|want[ \t]+me[ \t]+to\b"
                         r"|is[ \t]+there[ \t]+anything[ \t]+else\b|anything[ \t]+else\b"
                         r"|(?:related|bonus|extra|fun|similar)[ \t]+\w+(?:[ \t]+\w+){0,4}[ \t*_]*[:：])"
+                        # "Here's a similar problem for you to practice:"
+                        r"|^[ \t*_]*(?:here(?:'|’)s|here[ \t]+is)[ \t]+(?:a|another|one[ \t]+more)[ \t]+(?:similar|related|practice|new|bonus|"
+                        r"follow[- ]?up)\b[^\n]*[:：]"
                         # a heading of its own: "### Practice Problem", "**Bonus question**"
                         r"|^[ \t]*(?:#{1,6}[ \t]*|\*\*)(?:practice|bonus|extra|similar|related|follow[- ]?up|next|new|another)"
                         r"(?:[ \t]+\w+){0,2}[ \t*_]*$",
@@ -628,7 +644,9 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     if not sentence:
         return None, _WORDS
     if "\\" not in sentence:
-        sentence = digits_for_words(chinese_digits(sentence), lang)  # "she needs three more boxes", "a half", "二"
+        sentence = digits_for_words(chinese_digits(sentence), lang)
+        # an aside in brackets after the value: "16(最初は 8 になりましたが, 間違いでした)", "12 (not 13 — ...)"
+        sentence = re.sub(r"(?<=\d)[ \t]*\((?=[^()]*[^\W\d_]{2})[^()]*\)", "", sentence)  # "she needs three more boxes", "a half", "二"
     if (lang or language_of(sentence)) in ("es", "pt", "de", "it"):  # "La respuesta es 1.128.": dots group thousands there
         sentence = re.sub(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)", lambda m: m.group(0).replace(".", ""), sentence)
     either = re.match(r"(?:either|entweder)[ \t]+(.+?)[ \t]+(?:or|oder)[ \t]+(.+?)(?:[ \t]+(?:depending|if|when|je)\b|[,;]|$)"
@@ -730,7 +748,8 @@ def _values_of_one_name(sentence: str) -> str | None:
     an expression: "x = 1 + √19 and x = 1 − √19"); ``"x = 15, y = -29"``
     for "x = 15 and y = -29" (values of different names, one each: a point's coordinates, kept named for
     the grader to order); else None."""
-    parts = re.split(r"[ \t]*(?:,[ \t]*(?:and|or)?|\band\b|\bor\b)[ \t]*", sentence.rstrip(". "))
+    parts = re.split(r"[ \t]*(?:,[ \t]*(?:and|or)?|\band\b|\bor\b|(?<=[ \t])(?:و|и|und|et|en|och|dan|ve|và|और)(?=[ \t])|和)[ \t]*",
+                     sentence.rstrip(". "))
     named = [re.fullmatch(r"[ \t]*([A-Za-z])[ \t]*=[ \t]*([^=]*?)[ \t]*", p) for p in parts]
     # each value one expression whole: "n = −2", "x = 1 + √19"
     if len(parts) < 2 or not all(m and m.group(2) and leading_expression(m.group(2)) == m.group(2) for m in named):
@@ -959,7 +978,8 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     glossed = hashed and re.fullmatch(r"(?P<words>[^()]+?)[ \t]*\((?P<digits>-?\d[\d.]*)\)", hashed)
     if glossed and re.search(r"[^\W\d_]|, ", glossed.group("words")):
         hashed = glossed.group("digits")  # "#### one thousand, two hundred and eighteen (1218)"
-    statements = sorted([*_ANSWER_PHRASE.finditer(text), *_ANSWER_LABEL.finditer(text)], key=lambda m: m.end())
+    statements = sorted([*_ANSWER_PHRASE.finditer(text), *_ANSWER_LABEL.finditer(text), *_NAMED_LABEL.finditer(text),
+                         *_NAMED_PHRASE.finditer(text)], key=lambda m: m.end())
     anchors = ([boxes[-1].end] if boxed else []) + ([hash_line.start()] if hashed else [])
     if anchors:
         anchor = max(anchors)
@@ -1007,6 +1027,13 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     inverted = _inverted_statement(text, problem)
     if inverted:
         return inverted, text
+    restated = _bold_restated(text)
+    if restated:
+        return restated, text
+    bold_first = re.match(r"[ \t]*\*\*[ \t]*(\$[^$*\n]+\$|-?\d[\d.,]*)[ \t]*\*\*[ \t]*(?:—|–|--)[ \t]*(?:and|but|which|this|that)\b",
+                          text.rstrip().rsplit("\n", 1)[-1])
+    if bold_first:  # "**$55^\\circ$** — and a quick re-check of each step gives the same result."
+        return bold_first.group(1).strip("$"), text
     closing = closing_answer(text, problem)
     if closing:
         # the sentence it is read from: the last one that is no check, footer or aside
@@ -1040,15 +1067,42 @@ _INVERTED = re.compile(r"^(?:.*?\b(?:get|got|obtain|have|find)[ \t]+)?(?P<answer
                        r"(?:final[ \t]+|correct[ \t]+)?answer[ \t*_]*[.!]?[ \t*_]*$", re.IGNORECASE)
 
 
+# ... or after it: "Redoing it yields $1440$, which is my final answer.", "komme ich auf 28, das ist meine Antwort."
+_NAMED_AFTER = re.compile(r"(?P<answer>\$[^$]+\$|\\?\$?-?\d[\d.,/]*)[ \t]*,?[ \t]*(?:which|that|this|das|c(?:'|’)est|esa|esta|isso|questa)"
+                          r"[ \t]+(?:(?:is|ist|es|é|è)[ \t]+)?(?:my|our|meine|unsere|ma|mi|minha|la[ \t]+mia)[ \t]+"
+                          r"(?:final[ \t]+|finale[ \t]+|endgültige[ \t]+)?(?:answer|antwort|réponse|respuesta|resposta|risposta)\b",
+                          re.IGNORECASE)
+
+
 def _inverted_statement(text: str, problem: str | None) -> str | None:
     """The answer of a last sentence that names it before its label ("**$1** is the final answer.", "So we get
-    \\frac{3}{2} as our answer."; checks, footers and asides after it aside), else None."""
+    \\frac{3}{2} as our answer.", "... yields $1440$, which is my final answer."; checks, footers and asides
+    after it aside), else None."""
     sentences = [x for x in _sentences(_without_checks(text))
                  if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
-    m = _INVERTED.search(sentences[-1].strip()) if sentences else None
+    m = (_INVERTED.search(sentences[-1].strip()) or _NAMED_AFTER.search(sentences[-1])) if sentences else None
     if not m:
         return None
     ans, how = _phrase_answer(" " + m.group("answer"), problem)
+    return ans if ans and how in (_MATH, _EXPRESSION) else None
+
+
+# a bold answer in the last sentence, then the same quantity in other words: "She will eat **7 dozen eggs** in
+# 4 weeks — that's 84 eggs.", "**100 roses** per month — which is 25 roses each week.", "**20 dozen** eggs, i.e. 240"
+_BOLD_RESTATED = re.compile(r"\*\*(?:[^*\n]*?[:：][ \t]*)?(?P<value>[^*\n]*?\d[^*\n]*?)\*\*[^*\n]*?(?:—|–|--|,|;|\()[ \t]*"
+                            r"(?:that(?:'|’)s|that[ \t]+is|which[ \t]+is|i\.e\.|(?:which[ \t]+is[ \t]+)?the[ \t]+same[ \t]+as|"
+                            r"equivalently)\b[^*]*$", re.IGNORECASE)
+
+
+def _bold_restated(text: str) -> str | None:
+    """The bold answer of a last sentence that restates it after a dash or comma ("**7 dozen eggs** in 4 weeks —
+    that's 84 eggs."): the restatement is the same quantity in other units, the bold value the answer."""
+    sentences = [x for x in _sentences(_without_checks(text))
+                 if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
+    m = _BOLD_RESTATED.search(sentences[-1]) if sentences else None
+    if not m:
+        return None
+    ans, how = _phrase_answer(" " + m.group("value"))
     return ans if ans and how in (_MATH, _EXPRESSION) else None
 
 
@@ -1080,7 +1134,9 @@ def _adjacent(gap: str) -> bool:
     """Whether two final statements with ``gap`` between them stand side by side: no retraction and at most
     three words between them besides an answer phrase ("So", "The final answer is:"), so no sentence that
     corrects one ("The two ends were counted twice.")."""
-    words = re.findall(r"[^\W\d_]+", _ANSWER_PHRASE.sub(" ", _ANSWER_LABEL.sub(" ", gap)).replace("boxed", " "))
+    # each character of a script written without spaces counts as a word
+    words = re.findall(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|[^\W\d_]+",
+                       _ANSWER_PHRASE.sub(" ", _ANSWER_LABEL.sub(" ", gap)).replace("boxed", " "))
     return not _RETRACTION.search(gap) and len(words) <= 3
 
 
@@ -1116,6 +1172,15 @@ _UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:
                         r"[ \t]+(?:say|specify|make[ \t]+(?:it[ \t]+)?clear|tell)\b"
                         r"|\b(?:the[ \t]+answer[ \t]+is[ \t]+)?one[ \t]+of[ \t]+(?:these|those|the)[ \t]+two\b"
                         r"|\bwhich[ \t]+(?:interpretation|reading|one|version)[ \t]+did[ \t]+you[ \t]+(?:intend|mean)\b"
+                        r"|\b(?:could|can|would)[ \t]+you[ \t]+(?:please[ \t]+)?(?:confirm|tell[ \t]+me)[ \t]+which\b|\bbefore[ \t]+i[ \t]+commit\b"
+                        r"|\blet[ \t]+me[ \t]+know[ \t]+which\b|\bi[ \t]+don(?:'|’)t[ \t]+think[ \t]+i[ \t]+can[ \t]+(?:give|pin|say|be[ \t]+sure)\b"
+                        r"|\bcan(?:no|'|’)?t[ \t]+give[ \t]+a[ \t]+(?:definitive|definite|final|clear)[ \t]+(?:answer|number|value)\b"
+                        r"|\bnot[ \t]+confident[ \t]+in[ \t]+(?:a[ \t]+single|one|any)\b"
+                        r"|\b(?:você[ \t]+pode|podes|podrías|puedes|pourriez-vous|pouvez-vous|kannst[ \t]+du|könnten[ \t]+sie|potresti)[ \t]+"
+                        r"(?:esclarecer|aclarar|préciser|clarifier|klären|bestätigen|chiarire)"
+                        # "not sure" in Korean, Thai, Hindi, Polish, Indonesian, Vietnamese, Turkish, Dutch, Italian
+                        r"|확실하지[ \t]*않|ไม่แน่ใจ|पक्का[ \t]+नहीं|यकीन[ \t]+नहीं|\bnie[ \t]+jestem[ \t]+pewn|\btidak[ \t]+yakin\b|\bkhông[ \t]+chắc\b"
+                        r"|\bemin[ \t]+değilim\b|\bniet[ \t]+zeker\b|\bnon[ \t]+sono[ \t]+sicur"
                         r"|\bbefore[ \t]+i[ \t]+give[ \t]+a[ \t]+final[ \t]+answer\b|\bi(?:'|’)ll[ \t]+finali[sz]e\b"
                         r"|\bcan(?:no|'|’)?t[ \t]+give[ \t]+a[ \t]+single[ \t]+answer\b|\bdoes(?:n(?:'|’)t|[ \t]+not)[ \t]+settle\b"
                         r"|\b(?:it|this|that|the[ \t]+answer)[ \t]+depends[ \t]+on\b|\bin[ \t]+one[ \t]+case\b[^.]*\bin[ \t]+the[ \t]+other\b"
@@ -1201,9 +1266,10 @@ def _ends_in_loop(text: str) -> bool:
 
 
 # a model taking back what it just stated: "\boxed{10}... wait, that's the discounts", "Wait, I should check"
-_RETRACTION = re.compile(r"(?:^|(?<=[\s.!?)}$]))(?:wait|actually|hmm+|hold on|oops|on second thought|attendez|attends|espera|"
+_RETRACTION = re.compile(r"(?:^|(?<=[\s.!?)}$,]))(?:wait|actually|hmm+|hold on|oops|on second thought|attendez|attends|espera|"
                          r"espere|warte|moment(?:[ \t]+mal|(?=[ \t]*[,!]))|aspetta|подождите|погодите|रुकिए|रुको|等等|等一下|待って|"
-                         r"ちょっと待って|잠깐|انتظر|bekle|bir[ \t]+dakika|khoan(?:[ \t]+đã)?|tunggu|"
+                         r"ちょっと待って|待ってください|잠깐|انتظر|لحظة|bekle|bir[ \t]+dakika|khoan(?:[ \t]+đã)?|đợi(?:[ \t]+chút)?|"
+                         r"เดี๋ยว(?:ก่อน)?|tunggu|wacht|chwila|halt|"
                          r"let[ \t]+me[ \t]+(?:re-?consider|re-?read|re-?think|redo)|i[ \t]+forgot|we[ \t]+are[ \t]+not[ \t]+done|"
                          r"(?:we|i)[ \t]+still[ \t]+need[ \t]+to)(?:\b|(?<=[^\x00-\x7f]))[,.!:]?",
                          re.IGNORECASE)
@@ -1227,9 +1293,12 @@ def _retracted(text: str, end: int, problem: str | None) -> str | None:
                                               r"por lo tanto|portanto|daher|quindi|maka|jadi|vậy|dolayısıyla|"
                                               r"sonuç olarak)\b|[\s*_#]*(?:因此|所以|したがって|따라서|इसलिए|لذلك)",
                                               sentences[-1], re.IGNORECASE)
+    concludes = concludes or bool(sentences) and re.search(
+        r"\b(?:which|that|this)[ \t]+is[ \t]+(?:my|our|the)[ \t]+(?:final[ \t]+)?answer\b|\bdas[ \t]+ist[ \t]+meine[ \t]+antwort\b|"
+        r"\bc(?:'|’)est[ \t]+ma[ \t]+réponse\b|\b(?:esa|esta)[ \t]+es[ \t]+mi[ \t]+respuesta\b", sentences[-1], re.IGNORECASE)
     if not (at_once or concludes) or len(sentences) < 2:
         return None
-    later = closing_answer(rest, problem)
+    later = _inverted_statement(rest, problem) or closing_answer(rest, problem)
     return later if later and re.search(r"[\d\\]", later) else None
 
 

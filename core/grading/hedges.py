@@ -177,7 +177,10 @@ _DOUBT = re.compile(r"\b(?:lean(?:ing|s)?[ \t]+(?:towards?|to)|inclination|incli
                     r"(?:say|tell)|difficult|not[ \t]+sure|unsure|guess|torn|undecided|"
                     r"peut-être|difficile|hésite|zwischen|schwanke|plausibel|vielleicht|entweder|wahrscheinlich|quizás?|"
                     r"tal[ \t]+vez|talvez|entre|dúvida|forse|probablemente|provavelmente|возможно|либо|между|не[ \t]+уверен)\b"
-                    r"|或者|可能|也许|还是|不确定|かもしれ|どちら|아마|शायद|ربما", re.IGNORECASE)
+                    r"|或者|可能|也许|还是|不确定|かもしれ|どちら|아마|확실하지|शायद|ربما|อาจ|น่าจะ"
+                    # "otherwise" in other languages: "Letteralmente fa 70; altrimenti 67."
+                    r"|\b(?:altrimenti|sinon|sonst|si[ \t]+no|de[ \t]+lo[ \t]+contrario|caso[ \t]+contrário|senão|se[ \t]+não|иначе|"
+                    r"anders|jika[ \t]+tidak|aksi[ \t]+takdirde|nếu[ \t]+không)\b|否则|그렇지[ \t]*않으면|अन्यथा|وإلا", re.IGNORECASE)
 # a value stated outright: "it is 32", "the answer is $\sqrt{5}$", "= 40" ("is probably 7" states nothing)
 _STATES = re.compile(r"(?:\b(?:is|are|equals|gives|becomes|totals|it(?:'|’)s|that(?:'|’)s|est|es|ist|é|è)|=|是|为)"
                      r"[ \t]*(?=[*_$\\(\[]*[ \t]*-?\d|\$|\\)", re.IGNORECASE)
