@@ -102,7 +102,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # odpowiedź: 58", "修正后的答案：36", "Jawaban yang benar adalah 58"), "..., das ist meine Antwort"; a question
          # back, "no definitive answer", "not sure" in more languages; a bold answer restated after a dash ("**7
          # dozen eggs** — that's 84 eggs"), "### Problem 2", "Here's a similar problem ...", lists joined by "و"
-         "named-labels", "undecided-questions", "restated-followups"}
+         "named-labels", "undecided-questions", "restated-followups",
+         # a text cut off after a verb that needs its object ("... to find"), boxes under conditions, a conditional
+         # statement after another, a question back, a check in brackets, values set aside by what the question asks
+         "conditions-cutoffs"}
 
 
 def _rows() -> list[dict]:

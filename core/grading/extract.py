@@ -75,7 +75,7 @@ _ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|upda
 # up to six words: "Poprawiona odpowiedź: 22", "Gecorrigeerd antwoord: 16", "修正后的答案：-16", "คำตอบสุดท้าย: 480"
 _ANSWER_WORD = (r"(?:\b(?:answer|réponse|respuesta|resposta|risposta|antwort|antwoord|odpowied[zź]|odp|svar(?:et)?|cevab?ı?|"
                 r"yanıt|jawaban(?:nya)?|trả[ \t]+lời|đáp[ \t]+(?:án|số)|kết[ \t]+quả|ответ|відповідь|wynik|resultado|"
-                r"résultat|ergebnis|endergebnis|sonuç|hasil|vastaus|válasz|odpověď)\b|คำตอบ|答案|答え|解答|정답|उत्तर|"
+                r"résultat|ergebnis|endergebnis|eindantwoord|slutsvar|sonuç|hasil|vastaus|válasz|odpověď|תשובה)\b|คำตอบ|答案|答え|解答|정답|उत्तर|"
                 r"الإجابة|الجواب|إجابة)")
 _NAMED_LABEL = re.compile(r"^[ \t>#*_-]*(?=[^\n:：\d=]{0,60}?" + _ANSWER_WORD + r")(?:[^\s:：\d=*_()\[\]]+[ \t.]*){1,6}?[ \t*_]*[:：]"
                           r"(?=[^\n`]*\d)", re.IGNORECASE | re.MULTILINE)
@@ -179,6 +179,7 @@ def normalise_unicode(text: str) -> str:
     text = _NATIVE_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group(0))), text)
     text = text.replace("\u066b", ".").replace("\u066c", ",").replace("\u066a", "%")
     text = _DASH_MINUS.sub("-", text)
+    text = re.sub(r"(?<=[\u0590-\u06ff])-(?=\d)", " ", text)  # "ב-3 משאיות": a prefix's hyphen, no minus
     return text.replace("\u2044", "/").replace("。", ". ").replace("、", ", ").replace("∴", "Therefore, ")
 
 
@@ -555,6 +556,11 @@ _DOT_GROUPING = re.compile(r"\b(?:cevap|sonuç|adım|olarak|için|đáp|bước|
                            r"kita|maka|jadi|totalnya|hitung)\b", re.IGNORECASE)
 
 
+# a check in brackets after the answer: "(check: 3 + 2 = 5 ✓)", "(verification: 12 / 4 = 3)"
+_BRACKETED_CHECK = re.compile(r"[ \t]*\((?:quick[ \t]+)?(?:check(?:ing)?|verif(?:y|ying|ication)|sanity[ \t]+check)\b[^()\n]*\)",
+                              re.IGNORECASE)
+
+
 def _european_numbers(text: str) -> str:
     """Numbers in the continental form as plain ones: ``1.248,00`` / ``1 100,00`` -> ``1248.00`` /
     ``1100.00`` (thousands grouped, a decimal comma: never English), ``140,00 $`` -> ``140.00 $`` (two
@@ -809,6 +815,8 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
         rest = text[follow.end():line_end if line_end >= 0 else len(text)]
         if follow.group(0).rstrip().endswith((":", "：")) and re.match(r"[ \t]*[-$\\(\d][^A-Za-z]*?[=×÷]", rest):
             continue  # a step of the solution under its label: "Extra widgets: 15 × 720 = 10,800."
+        if re.search(r"\d[^\n]*\bor\b[^\n]*\d[^\n]*\?", rest):
+            continue  # "Do you want the number she buys, which is 4, or the number she gets, which is 6?": a question back
         if re.search(r"\d", text[:follow.start()]):
             text = text[:follow.start()]
             break
@@ -971,6 +979,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     text = english_units(_european_numbers(text))
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
     text = _in_plain_numbers(text)
+    text = _BRACKETED_CHECK.sub("", text)  # "**x = 6** (check: 3 + 2 = 5 ✓).": the check answers nothing
     text, hash_line = _solution_part(text)
     boxes = _boxes(text)
     boxed = final_boxes(text)
@@ -989,7 +998,8 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
             if re.match(r"[\s:*_]*(?:not|n't)\b", text[m.end():], re.IGNORECASE):
                 continue  # "the answer is not $\\sqrt{149}$ (that was my earlier mistake)": a rejection
             ans, how = _phrase_answer(text[m.end():], problem, language_of(m.group(0)))
-            if ans and how in (_MATH, _EXPRESSION):
+            labelled = m.re in (_ANSWER_LABEL, _NAMED_LABEL) and how == _LATER_EXPRESSION
+            if ans and (how in (_MATH, _EXPRESSION) or labelled):
                 if boxed and conflicting(boxed, ans) and _adjacent(text[boxes[-1].end:m.start()]):
                     return f"{boxed}, {ans}", text  # "$\\boxed{7}$ ... **Final answer: 9**": two answers, none
                 return _hedged(text, m.end(), ans, problem), text
@@ -1004,6 +1014,9 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         retracted = _retracted(text, boxes[-1].end, problem)
         if retracted:
             return retracted, text
+        cases = _conditional_boxes(text, boxes)
+        if cases:
+            return cases, text
         before = _statement_before(text, statements, boxes[-1].start, problem)
         if conflicting(before, boxed):
             return f"{before}, {boxed}", text  # "**Answer: 7**\n\n$\\boxed{9}$": two answers, none
@@ -1040,7 +1053,13 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         sentences = [x for x in _sentences(_without_checks(text))
                      if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
         values = undecided_values(sentences[-1], problem) if sentences else None
-        return (", ".join(values) if values else closing), text
+        if values:
+            return ", ".join(values), text
+        twice = re.fullmatch(r"(.+?),?[ \t]+or[ \t]+(.+?)", closing)
+        if twice and plain_value(twice.group(1)) is not None and \
+                alternative_after(" or " + twice.group(2), twice.group(1), problem) is None:
+            return twice.group(1), text  # "..., i.e. 0.34 or 34%": one value written twice
+        return closing, text
     return closing, text
 
 
@@ -1130,6 +1149,18 @@ def _undecided_between(text: str, start: int, end: int, problem: str | None) -> 
     return ", ".join(values) if values else None
 
 
+def _conditional_boxes(text: str, boxes: list[_Box]) -> str | None:
+    """``"48, 44"`` when the last paragraph boxes different values on lines that each open with a condition
+    ("If we include both years: ... $\\boxed{48}$.\nIf we count from 23: $\\boxed{44}$."): an answer per reading,
+    none chosen; else None."""
+    start = max(text.rfind("\n\n", 0, boxes[-1].start), 0)
+    lines = [text[max(text.rfind("\n", 0, b.start), 0):b.start].strip() for b in boxes if b.start >= start and b.content]
+    contents = [b.content for b in boxes if b.start >= start and b.content]
+    if len(set(contents)) > 1 and all(re.match(r"[*_-]*[ \t]*(?:if|when|assuming|unless)\b", ln, re.IGNORECASE) for ln in lines):
+        return ", ".join(dict.fromkeys(contents))
+    return None
+
+
 def _adjacent(gap: str) -> bool:
     """Whether two final statements with ``gap`` between them stand side by side: no retraction and at most
     three words between them besides an answer phrase ("So", "The final answer is:"), so no sentence that
@@ -1175,11 +1206,13 @@ _UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:
                         r"|\b(?:could|can|would)[ \t]+you[ \t]+(?:please[ \t]+)?(?:confirm|tell[ \t]+me)[ \t]+which\b|\bbefore[ \t]+i[ \t]+commit\b"
                         r"|\blet[ \t]+me[ \t]+know[ \t]+which\b|\bi[ \t]+don(?:'|’)t[ \t]+think[ \t]+i[ \t]+can[ \t]+(?:give|pin|say|be[ \t]+sure)\b"
                         r"|\bcan(?:no|'|’)?t[ \t]+give[ \t]+a[ \t]+(?:definitive|definite|final|clear)[ \t]+(?:answer|number|value)\b"
-                        r"|\bnot[ \t]+confident[ \t]+in[ \t]+(?:a[ \t]+single|one|any)\b"
+                        r"|\bnot[ \t]+(?:\w+[ \t]+)?confident[ \t]+in[ \t]+(?:a[ \t]+single|one|any|either)\b|\bbefore[ \t]+committing\b"
+                        r"|\bcan(?:no|'|’)?t[ \t]+tell[ \t]+(?:precisely|exactly|for[ \t]+sure|from)\b"
+                        r"|\bdo[ \t]+you[ \t]+want[ \t]+the\b[^\n?]*\bor\b[^\n]*\?|\blet[ \t]+me[ \t]+know[ \t]+and[ \t]+i(?:'|’)ll[ \t]+(?:confirm|finali[sz]e|update)\b"
                         r"|\b(?:você[ \t]+pode|podes|podrías|puedes|pourriez-vous|pouvez-vous|kannst[ \t]+du|könnten[ \t]+sie|potresti)[ \t]+"
                         r"(?:esclarecer|aclarar|préciser|clarifier|klären|bestätigen|chiarire)"
                         # "not sure" in Korean, Thai, Hindi, Polish, Indonesian, Vietnamese, Turkish, Dutch, Italian
-                        r"|확실하지[ \t]*않|ไม่แน่ใจ|पक्का[ \t]+नहीं|यकीन[ \t]+नहीं|\bnie[ \t]+jestem[ \t]+pewn|\btidak[ \t]+yakin\b|\bkhông[ \t]+chắc\b"
+                        r"|확실하지[ \t]*않|ไม่แน่ใจ|पक्का[ \t]+नहीं|यकीन[ \t]+नहीं|\bnie[ \t]+jestem[ \t]+pew(?:ien|na|ny)\b|不太确定|不能确定|\btidak[ \t]+yakin\b|\bkhông[ \t]+chắc\b"
                         r"|\bemin[ \t]+değilim\b|\bniet[ \t]+zeker\b|\bnon[ \t]+sono[ \t]+sicur"
                         r"|\bbefore[ \t]+i[ \t]+give[ \t]+a[ \t]+final[ \t]+answer\b|\bi(?:'|’)ll[ \t]+finali[sz]e\b"
                         r"|\bcan(?:no|'|’)?t[ \t]+give[ \t]+a[ \t]+single[ \t]+answer\b|\bdoes(?:n(?:'|’)t|[ \t]+not)[ \t]+settle\b"
@@ -1228,7 +1261,11 @@ def _gives_up(text: str) -> bool:
 
 # the words a sentence cannot end with: articles, prepositions, conjunctions, copulas, a verb before its object
 _DANGLING = frozenset("""the a an of by to into from for with at as than per and or but because since if is are
-    was were be equals gives give get gets makes become becomes we""".split())
+    was were be equals gives give get gets makes become becomes we where whether might could would should will can
+    may must need needs using when while its their his her our my your these those each every both onto about
+    through""".split())
+# verbs that need an object: a text ending in one was cut off, unless a "what" clause is their object
+_OBJECT_VERBS = frozenset("find use compute calculate determine consider".split())
 
 
 def _cut_off(text: str) -> bool:
@@ -1247,6 +1284,9 @@ def _cut_off(text: str) -> bool:
     if re.search(r",[ \t]*(?:so|then|thus|hence|therefore|which|and|but)$", last, re.IGNORECASE):
         return True  # "She uses 6 eggs a day, so"
     word = re.search(r"(?<![\\$])\b([A-Za-z]+)$", last)
+    if word and word.group(1).lower() in _OBJECT_VERBS:  # "Next we need to use it to find", never "what it asks to find"
+        sentence = re.split(r"[.!?]\s", last)[-1]
+        return not re.search(r"\b(?:what|which|whatever)\b", sentence, re.IGNORECASE)
     return bool(word) and word.group(1).lower() in _DANGLING and not math_segments(last[word.start():])
 
 

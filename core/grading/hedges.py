@@ -50,6 +50,8 @@ _NOT_CANDIDATE = re.compile(r"\b(?:not|rather[ \t]+than|instead[ \t]+of|as[ \t]+
 # a sentence after the answer's that offers another case: "However, if she walks both ways, it is 120."
 _OPENER = re.compile(r"[\s*_(\[]*(?:however|but|or|otherwise|alternatively|unless|though|although|then[ \t]+again|"
                      r"that[ \t]+said)\b|[\s*_(\[]*if\b", re.IGNORECASE)
+# other values set aside by what the question asks: "0 or 1 are also possible, but the question asks for the greatest"
+_SET_ASIDE = re.compile(r"[^.;)]*\bbut\b[^.;)]*\b(?:question|problem|asks?|asked|wants?|only)\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<!\d)[.!?。！？](?=[\s*_)\]]|$)|\.(?=\s)|\n")
 
 
@@ -131,6 +133,8 @@ def alternative_after(tail: str, answer: str, problem: str | None = None) -> str
         after = tail[m.end():]
         if not _candidate(value, m.group(1), after) or _NOT_CANDIDATE.search(tail[:m.start()].split(",")[-1]):
             continue
+        if re.match(_SET_ASIDE, after):
+            continue  # "(0 or 1 are also possible leftovers, but the question asks for the greatest)"
         unit = measure_after(re.sub(r"^[*_$}\s]+", " ", after)) or ""
         if unit and unit_key(unit) != unit_key(answer_unit or "-"):
             continue  # "3 hours, or 180 minutes": the same time in other units
@@ -157,7 +161,8 @@ def alternative_after(tail: str, answer: str, problem: str | None = None) -> str
     # "25 is also possible", "25 would also be valid": the value before the allowance
     allowed = re.search(r"(?<![\w.,])(" + _NUMBER + r")(?![\d/])[^.\d\n]{0,40}?\b(?:is|are|would[ \t]+be)[ \t]+also[ \t]+"
                         r"(?:possible|valid|correct|acceptable|plausible|reasonable)\b", tail, re.IGNORECASE)
-    if allowed and _candidate(value, allowed.group(1), "") and not _NOT_CANDIDATE.search(allowed.group(0)):
+    if allowed and _candidate(value, allowed.group(1), "") and not _NOT_CANDIDATE.search(allowed.group(0)) and \
+            not re.match(_SET_ASIDE, tail[allowed.end():]):
         return allowed.group(1)
     return None
 
@@ -172,7 +177,7 @@ def conflicting(first: str | None, second: str | None) -> bool:
 # words that show a sentence holds a doubt between values: "I'd lean towards 13", "probably 7, though 9 is
 # defensible", "somewhere between 12 and 13", "Je dirais 12, ou peut-être 10", "Ich schwanke zwischen 50 und 25"
 _DOUBT = re.compile(r"\b(?:lean(?:ing|s)?[ \t]+(?:towards?|to)|inclination|inclined|probably|possibly|perhaps|maybe|might|could|"
-                    r"defensible|plausible|arguabl[ey]|either|(?:somewhere|lies|is|falls)[ \t]+between|"
+                    r"defensible|plausible|arguabl[ey]|either|(?:somewhere|lies|is|falls)[ \t]+between|depending[ \t]+on|depends[ \t]+on|"
                     r"one[ \t]+way|other[ \t]+way|(?:first|second|other)[ \t]+reading|under[ \t]+the[ \t]+(?:first|second|other)|interpretations?|hard[ \t]+to[ \t]+"
                     r"(?:say|tell)|difficult|not[ \t]+sure|unsure|guess|torn|undecided|"
                     r"peut-être|difficile|hésite|zwischen|schwanke|plausibel|vielleicht|entweder|wahrscheinlich|quizás?|"
@@ -211,7 +216,7 @@ def undecided_values(sentence: str, problem: str | None = None) -> list[str] | N
         key = v.replace(" ", "") if key is None else key
         offered = re.search(r"(?:\b(?:becomes?|be|towards?|answer(?:[ \t]+\w+)?[ \t]+is|inclination[ \t]+is|guess[ \t]+is|it(?:'|’)?s|"
                             r"it[ \t]+is|either|or|with|between|and|dirais|zwischen|entre|e|und|et|y|o|oder|ou)"
-                            r"|[,(])[ \t*_]*$", sentence[:m.start()], re.IGNORECASE)
+                            r"|[,(])[ \t*_$\\]*$", sentence[:m.start()], re.IGNORECASE)
         if key in seen or (m.group(2) and _in_problem(v, problem) and not offered):
             continue  # the problem's own number, unless offered as an answer ("the answer becomes 20")
         seen.add(key)
