@@ -1207,6 +1207,9 @@ _UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:
                         r"|\blet[ \t]+me[ \t]+know[ \t]+which\b|\bi[ \t]+don(?:'|’)t[ \t]+think[ \t]+i[ \t]+can[ \t]+(?:give|pin|say|be[ \t]+sure)\b"
                         r"|\bcan(?:no|'|’)?t[ \t]+give[ \t]+a[ \t]+(?:definitive|definite|final|clear)[ \t]+(?:answer|number|value)\b"
                         r"|\bnot[ \t]+(?:\w+[ \t]+)?confident[ \t]+in[ \t]+(?:a[ \t]+single|one|any|either)\b|\bbefore[ \t]+committing\b"
+                        r"|\bnot[ \t]+(?:\w+[ \t]+)?confident[ \t]+enough[ \t]+to[ \t]+(?:pick|choose|decide|commit)\b"
+                        r"|\bcan(?:no|'|’)?t[ \t]+narrow[ \t]+(?:it|this)[ \t]+down\b|\bjust[ \t]+as[ \t]+likely\b"
+                        r"|не[ \t]+могу[ \t]+(?:точно[ \t]+)?(?:сказать|решить|выбрать)|\bsiwezi[ \t]+kuamua\b"
                         r"|\bcan(?:no|'|’)?t[ \t]+tell[ \t]+(?:precisely|exactly|for[ \t]+sure|from)\b"
                         r"|\bdo[ \t]+you[ \t]+want[ \t]+the\b[^\n?]*\bor\b[^\n]*\?|\blet[ \t]+me[ \t]+know[ \t]+and[ \t]+i(?:'|’)ll[ \t]+(?:confirm|finali[sz]e|update)\b"
                         r"|\b(?:você[ \t]+pode|podes|podrías|puedes|pourriez-vous|pouvez-vous|kannst[ \t]+du|könnten[ \t]+sie|potresti)[ \t]+"
@@ -1346,7 +1349,7 @@ def _retracted(text: str, end: int, problem: str | None) -> str | None:
 _CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence|meaning(?:[ \t]+that)?|(?:which|this|that)[ \t]+means(?:[ \t]+that)?)\b",
                         re.IGNORECASE)
 # A check restates the computation with the answer put in; it answers nothing ("Check: 3(46) - 9 = 129 ✓")
-_CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$"
+_CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*|last[ \t]+|final[ \t]+|quick[ \t]+)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$"
                     # the answer put back in: "To verify, $2 \\cdot 4 + 3 = 11$.", "Substituting back, ...", "If we plug $x = 4$ back in",
                     # "Plugging in: $2(4) + 3 = 11$.", "Alternatively, we can plug in $x = 2$: ... \\ne 11"
                     r"|^[\s*_>#-]*(?:to[ \t]+(?:check|verify|confirm)\b|(?:if[ \t]+we[ \t]+|we[ \t]+can[ \t]+|let['’]?s[ \t]+)?"

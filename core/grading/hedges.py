@@ -177,6 +177,7 @@ def conflicting(first: str | None, second: str | None) -> bool:
 # words that show a sentence holds a doubt between values: "I'd lean towards 13", "probably 7, though 9 is
 # defensible", "somewhere between 12 and 13", "Je dirais 12, ou peut-être 10", "Ich schwanke zwischen 50 und 25"
 _DOUBT = re.compile(r"\b(?:lean(?:ing|s)?[ \t]+(?:towards?|to)|inclination|inclined|probably|possibly|perhaps|maybe|might|could|"
+                    r"best[ \t]+guess|(?:just[ \t]+as[ \t]+|most[ \t]+|it(?:'|’)s[ \t]+)likely|"
                     r"defensible|plausible|arguabl[ey]|either|(?:somewhere|lies|is|falls)[ \t]+between|depending[ \t]+on|depends[ \t]+on|"
                     r"one[ \t]+way|other[ \t]+way|(?:first|second|other)[ \t]+reading|under[ \t]+the[ \t]+(?:first|second|other)|interpretations?|hard[ \t]+to[ \t]+"
                     r"(?:say|tell)|difficult|not[ \t]+sure|unsure|guess|torn|undecided|"
