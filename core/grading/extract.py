@@ -1050,8 +1050,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     closing = closing_answer(text, problem)
     if closing:
         # the sentence it is read from: the last one that is no check, footer or aside
-        sentences = [x for x in _sentences(_without_checks(text))
-                     if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
+        sentences = _stating_sentences(text)
         values = undecided_values(sentences[-1], problem) if sentences else None
         if values:
             return ", ".join(values), text
@@ -1081,6 +1080,13 @@ def _hedged(text: str, start: int, ans: str, problem: str | None) -> str:
     return ans
 
 
+def _stating_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` that may state its answer: no check, footer or bracketed aside, nothing
+    after a check heading or a rule (:func:`_without_checks`)."""
+    return [x for x in _sentences(_without_checks(text))
+            if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
+
+
 # the answer named before its label: "**$1** is the final answer.", "So we get \\frac{3}{2} as our answer."
 _INVERTED = re.compile(r"^(?:.*?\b(?:get|got|obtain|have|find)[ \t]+)?(?P<answer>[^\s].*?)[ \t]+(?:is|as)[ \t]+(?:the|my|our)[ \t]+"
                        r"(?:final[ \t]+|correct[ \t]+)?answer[ \t*_]*[.!]?[ \t*_]*$", re.IGNORECASE)
@@ -1097,8 +1103,7 @@ def _inverted_statement(text: str, problem: str | None) -> str | None:
     """The answer of a last sentence that names it before its label ("**$1** is the final answer.", "So we get
     \\frac{3}{2} as our answer.", "... yields $1440$, which is my final answer."; checks, footers and asides
     after it aside), else None."""
-    sentences = [x for x in _sentences(_without_checks(text))
-                 if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
+    sentences = _stating_sentences(text)
     m = (_INVERTED.search(sentences[-1].strip()) or _NAMED_AFTER.search(sentences[-1])) if sentences else None
     if not m:
         return None
@@ -1116,8 +1121,7 @@ _BOLD_RESTATED = re.compile(r"\*\*(?:[^*\n]*?[:：][ \t]*)?(?P<value>[^*\n]*?\d[
 def _bold_restated(text: str) -> str | None:
     """The bold answer of a last sentence that restates it after a dash or comma ("**7 dozen eggs** in 4 weeks —
     that's 84 eggs."): the restatement is the same quantity in other units, the bold value the answer."""
-    sentences = [x for x in _sentences(_without_checks(text))
-                 if x.strip() and not _CHECK.match(x) and not _FOOTER.match(x) and not _is_aside(x)]
+    sentences = _stating_sentences(text)
     m = _BOLD_RESTATED.search(sentences[-1]) if sentences else None
     if not m:
         return None
