@@ -1272,7 +1272,7 @@ _DANGLING = frozenset("""the a an of by to into from for with at as than per and
     may must need needs using when while its their his her our my your these those each every both onto about
     through""".split())
 # verbs that need an object: a text ending in one was cut off, unless a "what" clause is their object
-_OBJECT_VERBS = frozenset("find use compute calculate determine consider".split())
+_OBJECT_VERBS = frozenset("find use compute calculate determine consider requires require".split())
 
 
 def _cut_off(text: str) -> bool:
@@ -1293,7 +1293,7 @@ def _cut_off(text: str) -> bool:
     word = re.search(r"(?<![\\$])\b([A-Za-z]+)$", last)
     if word and word.group(1).lower() in _OBJECT_VERBS:  # "Next we need to use it to find", never "what it asks to find"
         sentence = re.split(r"[.!?]\s", last)[-1]
-        return not re.search(r"\b(?:what|which|whatever)\b", sentence, re.IGNORECASE)
+        return not re.search(r"\b(?:what|whatever)\b", sentence, re.IGNORECASE)
     return bool(word) and word.group(1).lower() in _DANGLING and not math_segments(last[word.start():])
 
 
@@ -1317,7 +1317,8 @@ _RETRACTION = re.compile(r"(?:^|(?<=[\s.!?)}$,]))(?:wait|actually|hmm+|hold on|o
                          r"espere|warte|moment(?:[ \t]+mal|(?=[ \t]*[,!]))|aspetta|подождите|погодите|रुकिए|रुको|等等|等一下|待って|"
                          r"ちょっと待って|待ってください|잠깐|انتظر|لحظة|bekle|bir[ \t]+dakika|khoan(?:[ \t]+đã)?|đợi(?:[ \t]+chút)?|"
                          r"เดี๋ยว(?:ก่อน)?|tunggu|wacht|chwila|halt|"
-                         r"let[ \t]+me[ \t]+(?:re-?consider|re-?read|re-?think|redo)|i[ \t]+forgot|we[ \t]+are[ \t]+not[ \t]+done|"
+                         r"let[ \t]+me[ \t]+(?:re-?consider|re-?read|re-?think|redo|re-?compute|re-?check)|i(?:'|’)ll[ \t]+(?:re-?compute|re-?check|redo)|"
+                         r"i[ \t]+need[ \t]+to[ \t]+re-?check|i[ \t]+forgot|we[ \t]+are[ \t]+not[ \t]+done|"
                          r"(?:we|i)[ \t]+still[ \t]+need[ \t]+to)(?:\b|(?<=[^\x00-\x7f]))[,.!:]?",
                          re.IGNORECASE)
 
