@@ -650,9 +650,9 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     if not sentence:
         return None, _WORDS
     if "\\" not in sentence:
-        sentence = digits_for_words(chinese_digits(sentence), lang)
+        sentence = digits_for_words(chinese_digits(sentence), lang)  # "she needs three more boxes", "a half", "二"
         # an aside in brackets after the value: "16(最初は 8 になりましたが, 間違いでした)", "12 (not 13 — ...)"
-        sentence = re.sub(r"(?<=\d)[ \t]*\((?=[^()]*[^\W\d_]{2})[^()]*\)", "", sentence)  # "she needs three more boxes", "a half", "二"
+        sentence = re.sub(r"(?<=\d)[ \t]*\((?=[^()]*[^\W\d_]{2})[^()]*\)", "", sentence)
     if (lang or language_of(sentence)) in ("es", "pt", "de", "it"):  # "La respuesta es 1.128.": dots group thousands there
         sentence = re.sub(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)", lambda m: m.group(0).replace(".", ""), sentence)
     either = re.match(r"(?:either|entweder)[ \t]+(.+?)[ \t]+(?:or|oder)[ \t]+(.+?)(?:[ \t]+(?:depending|if|when|je)\b|[,;]|$)"
@@ -1058,7 +1058,6 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         if twice and plain_value(twice.group(1)) is not None and \
                 alternative_after(" or " + twice.group(2), twice.group(1), problem) is None:
             return twice.group(1), text  # "..., i.e. 0.34 or 34%": one value written twice
-        return closing, text
     return closing, text
 
 
@@ -1429,10 +1428,8 @@ _MIGHT_ALSO_AFTER = re.compile(_MIGHT_ALSO, re.IGNORECASE)
 # the two values of a modal hedge: "The answer could be 30 dragons or 130 dragons.", "70, but it might also be 71"
 _MODAL_HEDGE = re.compile(r"(?:\b(?:could|might|may)[ \t]+be[ \t]+(?:either[ \t]+)?\\?\$?(-?\d[\d.,]*\d|\d)\b[^.\d\n]*?\bor\b"
                           r"[^.\d\n]*?\\?\$?(-?\d[\d.,]*\d|\d)\b)|(?:(-?\d[\d.,]*\d|\d)\b" + _MIGHT_ALSO + ")", re.IGNORECASE)
-# another value offered after the answer, in its unit or none: "70 holes or 91 holes", "30° or 150°", "$30^\circ$, although
-# $150^\circ$ is also possible"
-_OR_VALUE = re.compile(r"(?:[°%′]|[ \t]+[^\W\d_]+)?[ \t]*[,，]?[ \t]*(?:(?<=[ \t])(?:or|ou|o|oder|oppure|или)[ \t]+|也可能是[ \t]*)"
-                       r"\\?\$?(-?\d[\d.,]*(?:/\d+)?)(?![\d/])")
+# another value in math allowed after the answer: "$30^\circ$, although $150^\circ$ is also possible" (a plain
+# number joined by "or" is core.grading.hedges.alternative_after's)
 _ALSO_POSSIBLE = re.compile(r"[ \t]*,?[ \t]*(?:although|though|but|while|and|or)[ \t]+(?:[^.$\n]*?[ \t])?\$([^$]+)\$[^.\n]*?"
                             r"\b(?:is|are|would[ \t]+be|could[ \t]+be|might[ \t]+be|may[ \t]+be)[ \t]+(?:also[ \t]+)?"
                             r"(?:possible|valid|correct|acceptable|an?[ \t]+(?:answer|solution|option))", re.IGNORECASE)
