@@ -105,7 +105,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "named-labels", "undecided-questions", "restated-followups",
          # a text cut off after a verb that needs its object ("... to find"), boxes under conditions, a conditional
          # statement after another, a question back, a check in brackets, values set aside by what the question asks
-         "conditions-cutoffs"}
+         "conditions-cutoffs",
+         # a value restated in another unit ("18 dollars, which is 1800 cents"; the question's unit wins), a multiple
+         # of the identity or the zero matrix by name against the matrix written out, "1日に18ドル" (per one day)
+         "conversions-matrices"}
 
 
 def _rows() -> list[dict]:

@@ -21,7 +21,7 @@ from fractions import Fraction
 from .hedges import alternative_after, answer_sentence, conflicting, plain_value, undecided_values
 from .number_words import chinese_digits, digits_for_words, language_of, spelled_number
 from .question import counted_noun, counts, question_of
-from .units import asked_unit, english_units, measure_after, unit_key
+from .units import DIMENSIONS, asked_unit, english_units, measure_after, unit_key
 
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
            "extract_answer", "closing_answer", "normalise_unicode"]
@@ -968,6 +968,29 @@ def _restated_explicitly(text: str) -> str:
     return head + after + tail
 
 
+# "per one day" in Japanese and Korean, before the value it is the rate of: "1日に18ドル", "1時間で18個", "1일에 18달러"
+_PER_ONE = re.compile(r"(?<![\d.,])1[ \t]*(?=(?P<counter>日|時間|週間|週|か月|ヶ月|カ月|年|分|人|일|시간|주|개월|달|년|분|명)[ \t]*"
+                      r"(?:に|で|あたり|当たり|につき|에|당|마다)[^\n。.!?]*?\d)")
+# what each counter counts, in the question's English
+_COUNTER_WORDS = {**dict.fromkeys("日 일".split(), "day"), **dict.fromkeys("時間 시간".split(), "hour"),
+                  **dict.fromkeys("週間 週 주".split(), "week"), **dict.fromkeys("か月 ヶ月 カ月 개월 달".split(), "month"),
+                  **dict.fromkeys("年 년".split(), "year"), **dict.fromkeys("分 분".split(), "minute"),
+                  **dict.fromkeys("人 명".split(), "(?:person|people)")}
+
+
+def _without_per_one(text: str, problem: str | None) -> str:
+    """``text`` without the 1 of "per one day" before the value it is the rate of ("1日に18ドル" -> "日に18ドル"),
+    unless the question asks for that counter's unit ("How many hours ...?": "1時間で18個" answers 1)."""
+    question = question_of(problem).lower() if problem else ""
+
+    def drop(m: re.Match) -> str:
+        word = _COUNTER_WORDS[m.group("counter")]
+        long = r"|\bhow[ \t]+long\b" if word not in ("(?:person|people)",) else ""
+        asks = re.search(rf"\bhow[ \t]+many[ \t]+(?:\w+[ \t]+)?{word}s?\b|\bin[ \t]+{word}s\b{long}", question)
+        return m.group(0) if asks or m.group("counter") in question else ""
+    return _PER_ONE.sub(drop, text)
+
+
 def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     """``(answer, the solution it was read from)``: see :func:`extract_answer`."""
     if not text:
@@ -976,7 +999,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     text = re.sub(r"\b(?:R|US|C|A)\$[ \t]*(?=\d)", "", text)  # reais and other dollars' signs: "R$ 21,00" is 21,00
     text = _THAT_IS_ABBREVIATION.sub("that is,", text)
     text = ascii_relations(text)
-    text = english_units(_european_numbers(text))
+    text = english_units(_european_numbers(_without_per_one(text, problem)))  # "1日に18ドル": 18 dollars a day
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ","), text)
     text = _in_plain_numbers(text)
     text = _BRACKETED_CHECK.sub("", text)  # "**x = 6** (check: 3 + 2 = 5 ✓).": the check answers nothing
@@ -1613,12 +1636,38 @@ _RESTATED = re.compile(r",?[ \t]+which[ \t]+is[ \t]+(?:how[ \t]+many|how[ \t]+mu
                        r"(?:answer|number|result|total|value|amount)\b)[^.\d:=$]*\.?\s*$", re.IGNORECASE)
 
 
-def _statement(sentence: str) -> str:
+# a value restated in another unit of the same dimension: "18 dollars, which is 1800 cents", "2 hours, that's
+# 120 minutes", "3 km, i.e. 3000 m"
+_CONVERTED = re.compile(r"(?<![\d.,])(?P<value>\d[\d,]*(?:\.\d+)?)[ \t]*\$?(?P<unit>[ \t]*[A-Za-z][A-Za-z \t]{0,20}?)[ \t]*"
+                        r"(?P<cut>,[ \t]*(?:which[ \t]+(?:is|equals|comes[ \t]+to|makes)|that['’]s|that[ \t]+is|i\.[ \t]?e\.,?)"
+                        r"[ \t]+(?:about[ \t]+|roughly[ \t]+|approximately[ \t]+|exactly[ \t]+)?(?P<again>\$?[ \t]*\d[\d,]*(?:\.\d+)?"
+                        r"(?P<other>[ \t]*[A-Za-z][A-Za-z \t]{0,20})))", re.IGNORECASE)
+
+
+def _without_conversion(plain: str, asked: str | None = None) -> str:
+    """``plain`` with one value where it restates its value in another unit of the same dimension: "makes 18
+    dollars, which is 1800 cents every day" -> "makes 18 dollars" (the value first written is the one
+    computed), unless the restatement is in ``asked``, the unit key the question asks for
+    (:func:`core.grading.units.asked_unit`): "2 hours, that's 120 minutes" -> "120 minutes" for "How many minutes?"."""
+    for m in _CONVERTED.finditer(plain):
+        first, second = measure_after(m.group("unit")), measure_after(m.group("other"))
+        if not first or not second:
+            continue
+        first_key, second_key = unit_key(first).split("^")[0], unit_key(second).split("^")[0]
+        if first_key != second_key and DIMENSIONS.get(first_key) and DIMENSIONS.get(first_key) == DIMENSIONS.get(second_key):
+            if asked and second_key == asked:
+                return plain[:m.start("value")] + m.group("again")
+            return plain[:m.start("cut")]
+    return plain
+
+
+def _statement(sentence: str, asked: str | None = None) -> str:
     """A sentence as it states its answer: numbers in words as digits, and without a value contrasted
-    after the answer ("-- not 24"), an approximation in brackets after it ("(about $10.82$)") or its
-    reason ("is 0, because $54 = 6 \\times 9$")."""
+    after the answer ("-- not 24"), an approximation in brackets after it ("(about $10.82$)"), its
+    reason ("is 0, because $54 = 6 \\times 9$") or its value again in another unit ("18 dollars, which is
+    1800 cents": :func:`_without_conversion`, ``asked`` the unit key the question asks for)."""
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
-    plain = _COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(plain)))
+    plain = _without_conversion(_COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(plain))), asked)
     check = _CHECK_CLAUSE.search(plain)
     if check and re.search(r"[-+*/×·^]", check.group("left")) and \
             re.search(rf"(?<![\d.,]){re.escape(check.group('value'))}(?![\d.,]*\d)", check.group("left")):
@@ -1727,7 +1776,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
-        plain = _statement(_main_clause(digits_for_words(sentence)))
+        plain = _statement(_main_clause(digits_for_words(sentence)), unit)
         conclusion = ([None] + _outside_math(plain, _CONCLUDES))[-1]
         stated = _outside_math(plain, _STATES)
         if conclusion and stated and stated[-1].end() <= conclusion.start() and \

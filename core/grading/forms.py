@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base", "rows_as_matrix"]
+__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base", "rows_as_matrix", "scaled_identity"]
 
 # a column vector is the tuple of its entries: \begin{pmatrix} -18 \\ -49 \\ 96 \end{pmatrix} = (-18, -49, 96)
 _MATRIX = re.compile(r"^\\begin\{([pb])matrix\}(.*)\\end\{\1matrix\}$", re.S)
@@ -23,6 +23,30 @@ def column_as_tuple(s: str) -> str:
         return s
     entries = [e.strip() for e in re.split(r"\\\\", m.group(2)) if e.strip()]
     return "(" + ", ".join(entries) + ")" if len(entries) >= 2 else s
+
+
+# a multiple of the identity or the zero matrix by name: -\mathbf{I}, 2I, \mathbf{0}
+_NAMED_MATRIX = re.compile(r"^(-?)\s*(\d*)\s*(?:\\mathbf\s*\{([I0])\}|\\mathbf\s*([I0])\b|([I]))$")
+
+
+def scaled_identity(pred: str, gold: str) -> str:
+    """``pred`` as the square matrix it names when the gold is a square ``pmatrix``/``bmatrix`` of size n
+    (``-\\mathbf{I}`` -> ``-1`` on the diagonal, ``\\mathbf{0}`` -> all zeros); anything else unchanged.
+    The size comes from the gold: a named matrix says nothing of its own."""
+    named, square = _NAMED_MATRIX.match(pred.strip()), _MATRIX.match(gold.strip())
+    if not named or not square:
+        return pred
+    rows = [r for r in re.split(r"\\\\", square.group(2)) if r.strip()]
+    n = len(rows)
+    if n < 2 or any(r.count("&") != n - 1 for r in rows):
+        return pred
+    letter = named.group(3) or named.group(4) or named.group(5)
+    scale = named.group(1) + (named.group(2) or "1")
+    if letter == "0":
+        entries = [["0"] * n for _ in range(n)]
+    else:
+        entries = [[scale if i == j else "0" for j in range(n)] for i in range(n)]
+    return "\\begin{pmatrix} " + " \\\\ ".join(" & ".join(r) for r in entries) + " \\end{pmatrix}"
 
 
 # a matrix written as a list of its rows: [[-1, 0], [0, -1]]
