@@ -108,7 +108,10 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "conditions-cutoffs",
          # a value restated in another unit ("18 dollars, which is 1800 cents"; the question's unit wins), a multiple
          # of the identity or the zero matrix by name against the matrix written out, "1日に18ドル" (per one day)
-         "conversions-matrices"}
+         "conversions-matrices",
+         # a bracket after the value that says where it is attained ("(attained at $x = 1$)") or glosses a count
+         # ("(namely 1 and 3)"), a row vector transposed against a column, "**Area $= \\sqrt{45}$**"
+         "asides-transposes"}
 
 
 def _rows() -> list[dict]:

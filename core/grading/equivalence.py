@@ -54,7 +54,7 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from .extract import _THOUSANDS_RUN, ascii_relations, normalise_unicode
-from .forms import choice_letter, column_as_tuple, exact_forms, in_base, option_value, scaled_identity
+from .forms import choice_letter, column_as_tuple, exact_forms, in_base, option_value, scaled_identity, transposed_row
 from .intervals import as_intersection, as_union, unsolved_inequality
 from .mv_worker import MathVerifyProcess
 from .question import question_of
@@ -818,7 +818,8 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
             return Grade(False, reading, timed_out)  # $5.40 is not 5.4 cents
         if _currency(str(pred)) == "cents" and not _currency(str(gold)) and _in_dollars(problem):
             return Grade(False, reading, timed_out)  # "20 cents" where the problem counts its money in dollars
-        pred = scaled_identity(str(pred), str(gold))  # -\mathbf{I} answers a gold written out as its matrix
+        # -\mathbf{I} answers a gold written out as its matrix, (-2, -14, -7)^T a column vector
+        pred = transposed_row(scaled_identity(str(pred), str(gold)), str(gold))
         pred_s = _decimal_comma(_prepare(pred), gold_s)
         if canonical_answer(pred_s) == canonical_answer(gold_s):
             return Grade(True, reading, timed_out)

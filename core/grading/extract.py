@@ -963,7 +963,10 @@ def _restated_explicitly(text: str) -> str:
     bare = re.sub(r"[$*_]", "", value).strip(" ,")
     tail = "" if line_end < 0 else text[line_end:]
     lead = leading_expression(bare) if re.match(r"[-−]?\d", bare) else None
-    if lead and re.fullmatch(r"[ \t]*(?:[A-Za-z]+[ \t]*){0,3}", bare[len(lead):]):
+    if lead and bare.endswith("("):  # "2 possible values for $B$ (namely 1 and 3)": a gloss in brackets
+        if re.fullmatch(r"[^\d=]*\(", bare[len(lead):]):
+            return before.rstrip(" \t(") + "." + tail
+    elif lead and re.fullmatch(r"[ \t]*(?:[A-Za-z]+[ \t]*){0,3}", bare[len(lead):]):
         return before + "." + tail  # a plain value already: what follows only glosses it
     return head + after + tail
 
@@ -1661,12 +1664,26 @@ def _without_conversion(plain: str, asked: str | None = None) -> str:
     return plain
 
 
+# where a value is attained, after it in brackets: "9 (attained at $x = 1$)", "**12** (when $n = 3$)"
+_WHERE_ATTAINED = re.compile(r"[ \t]*\((?:attained|achieved|reached|obtained|occurring|which[ \t]+occurs|when|at|for|with)\b"
+                             r"[^()\n]*\)", re.IGNORECASE)
+
+
+def _without_where_attained(plain: str) -> str:
+    """``plain`` without a bracket after a value that says where it is attained ("**Minimum value: 9** (attained
+    at $x = 1$)"): its math is the argument, not the value."""
+    m = _WHERE_ATTAINED.search(plain)
+    if m and re.search(r"\d[*$}_ \t]*$", plain[:m.start()]):
+        return plain[:m.start()] + plain[m.end():]
+    return plain
+
+
 def _statement(sentence: str, asked: str | None = None) -> str:
     """A sentence as it states its answer: numbers in words as digits, and without a value contrasted
     after the answer ("-- not 24"), an approximation in brackets after it ("(about $10.82$)"), its
     reason ("is 0, because $54 = 6 \\times 9$") or its value again in another unit ("18 dollars, which is
     1800 cents": :func:`_without_conversion`, ``asked`` the unit key the question asks for)."""
-    plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
+    plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(_without_where_attained(sentence.replace("**", "")))))
     plain = _without_conversion(_COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(plain))), asked)
     check = _CHECK_CLAUSE.search(plain)
     if check and re.search(r"[-+*/×·^]", check.group("left")) and \
@@ -1770,7 +1787,8 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     bold = _BOLD_CLOSE.search(sentences[-1]) if sentences else None
     if bold and not bold.group(1).rstrip().endswith(":") and len(bold.group(1).split()) <= 4:
         # the last sentence ends in what it puts in bold: "she faces **east**.", "would cost **\$18.90**."
-        ans = _in_digits(_phrase_answer(bold.group(1))[0])
+        named = re.match(r"[A-Za-z][A-Za-z ]*?[ \t]*\$?[ \t]*=", bold.group(1))  # "**Area $= \sqrt{45}$**"
+        ans = closing_answer(bold.group(1)) if named else _in_digits(_phrase_answer(bold.group(1))[0])
         if ans:
             return ans
     for sentence in reversed(sentences[-3:]):

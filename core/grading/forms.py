@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base", "rows_as_matrix", "scaled_identity"]
+__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base", "rows_as_matrix", "scaled_identity", "transposed_row"]
 
 # a column vector is the tuple of its entries: \begin{pmatrix} -18 \\ -49 \\ 96 \end{pmatrix} = (-18, -49, 96)
 _MATRIX = re.compile(r"^\\begin\{([pb])matrix\}(.*)\\end\{\1matrix\}$", re.S)
@@ -23,6 +23,23 @@ def column_as_tuple(s: str) -> str:
         return s
     entries = [e.strip() for e in re.split(r"\\\\", m.group(2)) if e.strip()]
     return "(" + ", ".join(entries) + ")" if len(entries) >= 2 else s
+
+
+# a row written transposed: (-2, -14, -7)^T, \begin{pmatrix} 1 & 2 \end{pmatrix}^{\top}
+_TRANSPOSED = re.compile(r"^(.*?)\s*\^\s*(?:\{\s*(?:T|\\top|\\intercal|t)\s*\}|T|\\top|\\intercal)$", re.S)
+
+
+def transposed_row(pred: str, gold: str) -> str:
+    """A row vector written transposed (``(-2, -14, -7)^T``, a one-row ``pmatrix`` with ``^{\\top}``) as the tuple of
+    its entries when the gold is a column vector or a tuple, which it then equals; anything else unchanged."""
+    m = _TRANSPOSED.match(pred.strip())
+    if not m or not (gold.strip().startswith("(") or column_as_tuple(gold) != gold):
+        return pred
+    row = m.group(1).strip()
+    matrix = _MATRIX.match(row)
+    if matrix and not re.search(r"\\\\", matrix.group(2)):
+        return "(" + ", ".join(e.strip() for e in matrix.group(2).split("&")) + ")"
+    return row if row.startswith("(") and row.endswith(")") else pred
 
 
 # a multiple of the identity or the zero matrix by name: -\mathbf{I}, 2I, \mathbf{0}
