@@ -19,6 +19,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from .hedges import alternative_after, answer_sentence, conflicting, plain_value, undecided_values
+from .intervals import as_difference
 from .number_words import chinese_digits, digits_for_words, language_of, spelled_number
 from .question import counted_noun, counts, question_of
 from .units import DIMENSIONS, asked_unit, english_units, measure_after, unit_key
@@ -415,12 +416,12 @@ def _currency_sign(text: str, start: int, end: int) -> bool:
 
     TeX's inline math never holds a paragraph break, and a model's math does not end in a space:
     ``$80,000 + $50,000`` and ``The answer is $20.`` followed by a blank line and ``... for $4 each``
-    are money. So a ``$`` before a digit whose closing ``$`` follows a space, or lies past a blank
-    line, is currency.
+    are money. So a ``$`` before a digit whose closing ``$`` follows a space or an opening bracket
+    (``$14,400 a year ($1,200 a month)``), or lies past a blank line, is currency.
     """
     if _BLANK_LINE.search(text, start, end):
         return True
-    return start + 1 < len(text) and text[start + 1].isdigit() and text[end - 1] in " \t\n"
+    return start + 1 < len(text) and text[start + 1].isdigit() and text[end - 1] in " \t\n(["
 
 
 def _find_unescaped(text: str, delim: str, start: int) -> int:
@@ -536,7 +537,7 @@ _BELOW_ZERO = re.compile(r"(?<![\d.-])(\d+(?:\.\d+)?)((?:[ \t]*(?:°|degrees?)(?
                          r"[ \t]+below[ \t]+zero\b", re.IGNORECASE)
 _REAL_INTERVAL = re.compile(r"\ball[ \t]+real[ \t]+numbers[ \t]+(?:[a-z][ \t]+)?(?:that[ \t]+are[ \t]+)?"
                             r"(greater|more|less|smaller)[ \t]+than[ \t]+(or[ \t]+equal[ \t]+to[ \t]+)?"
-                            r"(?=\$?-?\d)", re.IGNORECASE)
+                            r"(?:\$[ \t]*(-?\d[\d.,]*)[ \t]*\$|(?=-?\d))", re.IGNORECASE)  # the number in math or not
 # "all x with x > 5", "all y such that y ≤ 0": the inequality is the set
 _ALL_SUCH = re.compile(r"\ball[ \t]+(?:real[ \t]+(?:numbers[ \t]+)?)?([a-z])[ \t]+(?:with|such[ \t]+that|where|for[ \t]+which)"
                        r"[ \t]+(?=\1[ \t]*(?:[<>≤≥]|\\[lg]e))", re.IGNORECASE)
@@ -544,7 +545,8 @@ _ALL_SUCH = re.compile(r"\ball[ \t]+(?:real[ \t]+(?:numbers[ \t]+)?)?([a-z])[ \t
 
 # a number written the continental way: dots or spaces group its thousands, a comma is its decimal point
 _GROUPED_DECIMAL = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:[. \u202f]\d{3})+,\d{1,2}(?![\d.,]*\d)")
-_DOT_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)")
+# (never the mantissa of scientific notation: "1.736 × 10³")
+_DOT_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)(?![ \t]*(?:\\times|\\cdot|×|·|\*)[ \t]*10)")
 # an amount of money with a decimal comma: "140,00 $", "21,00 reais", "$ 90,00"
 _MONEY_DECIMAL = re.compile(r"(?<![\d.,])(\d+),(\d{2})(?=[ \t]*(?:\$|€|£|¥|₹|dollars?|d[óo]lares|euros?|reais|pesos|"
                             r"rupees?|USD|EUR|ドル|美元|元|달러|원|रुपये|डॉलर|دولار|руб|долл))"
@@ -586,7 +588,7 @@ def _in_plain_numbers(text: str) -> str:
     def interval(m: re.Match) -> str:
         above = m.group(1).lower() in ("greater", "more")
         return "x " + ({(True, False): ">", (True, True): "≥", (False, False): "<", (False, True): "≤"}
-                       [above, bool(m.group(2))]) + " "
+                       [above, bool(m.group(2))]) + " " + (m.group(3) or "")
 
     text = _SCALED.sub(scaled, text)
     text = _BELOW_ZERO.sub(lambda m: f"-{m.group(1)}{m.group(2)}", text)
@@ -962,13 +964,56 @@ def _restated_explicitly(text: str) -> str:
     value = before[verbs[-1].end():] if verbs else before
     bare = re.sub(r"[$*_]", "", value).strip(" ,")
     tail = "" if line_end < 0 else text[line_end:]
+    if len(re.findall(r"(?<![\w\\])[A-Za-z][ \t]*=[ \t]*[-−]?\d", before)) >= 2 and re.search(r"[=(]", after):
+        return after + tail  # "a = 1, b = −16, c = −4, d = 43, i.e. (a, b, c, d) = (1, −16, −4, 43)": the tuple
     lead = leading_expression(bare) if re.match(r"[-−]?\d", bare) else None
+    if not lead and re.search(r"(?<![\w.,])-?\d[\d,]*(?:\.\d+)?[ \t]*(?:[A-Za-z]+[ \t]*){0,3}$", bare) \
+            and not re.search(r"[=<>≤≥≠\\]", bare):
+        return before + "." + tail  # "It took him 2 hours, that is, 120 minutes.": a plain value ends what comes before
     if lead and bare.endswith("("):  # "2 possible values for $B$ (namely 1 and 3)": a gloss in brackets
         if re.fullmatch(r"[^\d=]*\(", bare[len(lead):]):
             return before.rstrip(" \t(") + "." + tail
     elif lead and re.fullmatch(r"[ \t]*(?:[A-Za-z]+[ \t]*){0,3}", bare[len(lead):]):
         return before + "." + tail  # a plain value already: what follows only glosses it
     return head + after + tail
+
+
+# a decimal whose last digits repeat, then an ellipsis: "0.666…", "0.142857142857..." (NFKC writes … as ...)
+_REPEATING_ELLIPSIS = re.compile(r"(?<![\d.])(\d*\.\d*?)(\d{1,6}?)(\2+)[ \t]*\.\.\.(?!\d)")
+
+
+def _repeating_ellipsis(m: re.Match) -> str:
+    """A decimal written out with an ellipsis as the repeating decimal it is: ``0.666...`` -> ``0.\\overline{6}``;
+    a run of fewer than three repeated digits ("2.33...") or a number of several dots is left alone."""
+    if len(m.group(2)) + len(m.group(3)) < 3:
+        return m.group(0)
+    return f"{m.group(1)}\\overline{{{m.group(2)}}}"
+
+
+# an interval without some points, in plain text or LaTeX: "(0, 36) \ {9}", "(0,36) \setminus \{9\}"
+_PLAIN_DIFFERENCE = re.compile(r"[\[(][ \t]*-?\d[\d.]*[ \t]*,[ \t]*-?\d[\d.]*[ \t]*[\])][ \t]*(?:\\setminus|\\backslash|\\(?=[ \t])|∖)"
+                               r"[ \t]*\\?\{[ \t]*-?\d[-\d., \t]*\\?\}")
+
+
+def _as_pieces(m: re.Match) -> str:
+    """An interval without some points as the union of its pieces (:func:`core.grading.intervals.as_difference`)."""
+    union = as_difference(m.group(0))
+    return union.replace("\\cup", "∪") if union else m.group(0)
+
+
+# a value under a label that names its base: "In base eight: 2516", "In base 8, the answer is 2516"
+_BASE_LABEL = re.compile(r"\b(?P<lead>(?:in|to)[ \t]+base[ \t]+(?P<base>\d+|[a-z]+)[ \t]*(?::|,[ \t]*(?:it|this|that|the[ \t]+"
+                         r"(?:answer|number|result))[ \t]+is)[ \t]*\$?[ \t]*)(?P<digits>[0-9A-Za-z]+)(?![\w_])(?=\$?[ \t]*[.!]?[ \t]*$)",
+                         re.IGNORECASE | re.MULTILINE)
+
+
+def _with_base(m: re.Match) -> str:
+    """A value under a label that names its base, restated with that base as its subscript: "In base eight:
+    2516" -> "In base 8 it is 2516_{8}" (a colon after a digit states nothing: it may be a ratio's)."""
+    base = int(m.group("base")) if m.group("base").isdigit() else spelled_number(m.group("base"))
+    if not base or not 2 <= base <= 36 or not re.fullmatch(r"[0-9A-Z]+|[0-9a-z]+", m.group("digits")):
+        return m.group(0)
+    return f"In base {base} it is {m.group('digits')}_{{{base}}}"
 
 
 # "per one day" in Japanese and Korean, before the value it is the rate of: "1日に18ドル", "1時間で18個", "1일에 18달러"
@@ -998,7 +1043,9 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     """``(answer, the solution it was read from)``: see :func:`extract_answer`."""
     if not text:
         return None, ""
-    text = _LATEX_THOUSANDS.sub(",", normalise_unicode(text))
+    text = _REPEATING_ELLIPSIS.sub(_repeating_ellipsis, _LATEX_THOUSANDS.sub(",", normalise_unicode(text)))
+    text = _PLAIN_DIFFERENCE.sub(_as_pieces, text)  # "(0, 36) \ {9}": (0,9) ∪ (9,36)
+    text = _BASE_LABEL.sub(_with_base, text)  # "In base eight: 2516": 2516_{8}
     text = re.sub(r"\b(?:R|US|C|A)\$[ \t]*(?=\d)", "", text)  # reais and other dollars' signs: "R$ 21,00" is 21,00
     text = _THAT_IS_ABBREVIATION.sub("that is,", text)
     text = ascii_relations(text)
@@ -1604,6 +1651,13 @@ def _doubted(rest: str) -> bool:
     return bool(end) and end.group(0) == "?"
 
 
+# a paragraph that checks the answer or adds to it, by its label: "Sanity check: 80 + 10 = 90 ✓. ...",
+# "Extension: if they earn $13 per hour, ...", "💡 Tip: ..."
+_ADDED_PARAGRAPH = re.compile(r"(?<=\n)[ \t]*\n[ \t#*_>\-\u2600-\u27bf\U0001F300-\U0001FAFF]*(?:(?:sanity|double|quick|final|last)"
+                              r"[ \t-]*)?(?:check|verification|extension|tip|hint|bonus|challenge|follow[ \t-]*up|"
+                              r"going[ \t]+further|try[ \t]+this)[ \t*_]*[:：]", re.IGNORECASE)
+
+
 def _without_checks(text: str) -> str:
     """``text`` up to a horizontal rule or a check heading ("**Verification:**") that follows a number:
     what comes after only checks the answer or adds to it. A rule over a column sum's total is no rule."""
@@ -1611,8 +1665,9 @@ def _without_checks(text: str) -> str:
              and not re.match(r"\s*\n[ \t]*[-−]?[\d.,]+[ \t]*(?:\n|$)", text[m.end():])]
     if rules:
         text = text[:rules[0].start()]
-    checks = [m for m in _CHECK_HEADING.finditer(text) if re.search(r"\d", text[:m.start()])]
-    return text[:checks[0].start()] if checks else text
+    checks = [m for m in [*_CHECK_HEADING.finditer(text), *_ADDED_PARAGRAPH.finditer(text)]
+              if re.search(r"\d", text[:m.start()])]
+    return text[:min(m.start() for m in checks)] if checks else text
 
 
 def _last_line_answer(last: str) -> str | None:
@@ -1642,7 +1697,7 @@ _RESTATED = re.compile(r",?[ \t]+which[ \t]+is[ \t]+(?:how[ \t]+many|how[ \t]+mu
 # a value restated in another unit of the same dimension: "18 dollars, which is 1800 cents", "2 hours, that's
 # 120 minutes", "3 km, i.e. 3000 m"
 _CONVERTED = re.compile(r"(?<![\d.,])(?P<value>\d[\d,]*(?:\.\d+)?)[ \t]*\$?(?P<unit>[ \t]*[A-Za-z][A-Za-z \t]{0,20}?)[ \t]*"
-                        r"(?P<cut>,[ \t]*(?:which[ \t]+(?:is|equals|comes[ \t]+to|makes)|that['’]s|that[ \t]+is|i\.[ \t]?e\.,?)"
+                        r"(?P<cut>,[ \t]*(?:which[ \t]+(?:is|equals|comes[ \t]+to|makes)|that['’]s|that[ \t]+is,?|i\.[ \t]?e\.,?)"
                         r"[ \t]+(?:about[ \t]+|roughly[ \t]+|approximately[ \t]+|exactly[ \t]+)?(?P<again>\$?[ \t]*\d[\d,]*(?:\.\d+)?"
                         r"(?P<other>[ \t]*[A-Za-z][A-Za-z \t]{0,20})))", re.IGNORECASE)
 
@@ -1669,11 +1724,19 @@ _WHERE_ATTAINED = re.compile(r"[ \t]*\((?:attained|achieved|reached|obtained|occ
                              r"[^()\n]*\)", re.IGNORECASE)
 
 
+# words in brackets closing a sentence: "(that's 240 inches per minute).", "(a quarter, 0.25 of the whole)"
+_FINAL_ASIDE = re.compile(r"[ \t]*\((?=[^()\n]*[^\W\d_]{2})[^()\n$]*\)[ \t]*(?=[.!]?[ \t]*$)")
+
+
 def _without_where_attained(plain: str) -> str:
     """``plain`` without a bracket after a value that says where it is attained ("**Minimum value: 9** (attained
-    at $x = 1$)"): its math is the argument, not the value."""
+    at $x = 1$)": its math is the argument, not the value), nor words in brackets that close a sentence which
+    states a number before them ("... 4 inches per second (that's 240 inches per minute)."): an aside."""
     m = _WHERE_ATTAINED.search(plain)
     if m and re.search(r"\d[*$}_ \t]*$", plain[:m.start()]):
+        return plain[:m.start()] + plain[m.end():]
+    m = _FINAL_ASIDE.search(plain)
+    if m and re.search(r"\d", plain[:m.start()]):
         return plain[:m.start()] + plain[m.end():]
     return plain
 
@@ -1684,7 +1747,7 @@ def _statement(sentence: str, asked: str | None = None) -> str:
     reason ("is 0, because $54 = 6 \\times 9$") or its value again in another unit ("18 dollars, which is
     1800 cents": :func:`_without_conversion`, ``asked`` the unit key the question asks for)."""
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(_without_where_attained(sentence.replace("**", "")))))
-    plain = _without_conversion(_COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(plain))), asked)
+    plain = _COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(_without_conversion(plain, asked))))
     check = _CHECK_CLAUSE.search(plain)
     if check and re.search(r"[-+*/×·^]", check.group("left")) and \
             re.search(rf"(?<![\d.,]){re.escape(check.group('value'))}(?![\d.,]*\d)", check.group("left")):

@@ -123,12 +123,21 @@ def in_base(s: str) -> int | None:
         return None
 
 
+# a vector in angle brackets is its tuple: \langle -7, 16, 5 \rangle = (-7, 16, 5)
+_ANGLE_VECTOR = re.compile(r"^(?:\\langle|⟨)\s*([^⟨⟩]*?,[^⟨⟩]*?)\s*(?:\\rangle|⟩)$")
+# a set written in plain braces, as models write it outside LaTeX: {3, 5, 7}
+_PLAIN_BRACES_SET = re.compile(r"^\{\s*([^{}\\]*,[^{}\\]*?)\s*\}$")
+
+
 def exact_forms(s: str) -> str:
     """``s`` with repeating decimals as fractions (``1.\\overline{3}`` -> ``\\frac{4}{3}``), a set-builder set
     as its condition (``\\{t : t > 2\\}`` -> ``t > 2``) and a plain-text mixed number in LaTeX
-    (``137 1/2`` -> ``137\\frac{1}{2}``, which math-verify reads as 275/2), and a matrix as the list of its
-    rows in ``pmatrix`` (:func:`rows_as_matrix`)."""
+    (``137 1/2`` -> ``137\\frac{1}{2}``, which math-verify reads as 275/2), a matrix as the list of its
+    rows in ``pmatrix`` (:func:`rows_as_matrix`), a vector in angle brackets as its tuple and a set in plain
+    braces (``{3, 5, 7}``) as LaTeX's ``\\{3, 5, 7\\}``."""
     s = rows_as_matrix(_REPEATING.sub(_repeating_fraction, s))
+    s = _ANGLE_VECTOR.sub(r"(\1)", s.strip())
+    s = _PLAIN_BRACES_SET.sub(r"\\{\1\\}", s)
     s = _SET_BUILDER.sub(r"\2", s)
     return _MIXED.sub(lambda m: f"{m.group(1)}\\frac{{{m.group(2)}}}{{{m.group(3)}}}"
                       if int(m.group(2)) < int(m.group(3)) else m.group(0), s)

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["as_intersection", "as_union", "unsolved_inequality"]
+__all__ = ["as_difference", "as_intersection", "as_union", "unsolved_inequality"]
 
 _LESS = {"<": "<", "\\lt": "<", "\\le": "<=", "\\leq": "<=", "\\leqslant": "<=",
          ">": ">", "\\gt": ">", "\\ge": ">=", "\\geq": ">=", "\\geqslant": ">="}
 _REL = r"(<|>|\\l(?:eq?(?:slant)?|t)(?![A-Za-z])|\\g(?:eq?(?:slant)?|t)(?![A-Za-z]))"
 _BOUND = r"([^<>=\\,]+?|-?\\infty|[^<>=,]*?\\(?:frac|sqrt|pi)[^<>=,]*?)"
-# the variable: a letter or a Greek letter's command (\lambda), never a relation's (\le)
-_VAR = r"([A-Za-z]|\\(?!(?:le|ge|lt|gt)(?:q|qslant)?(?![a-z]))[a-z]+)"
+# the variable: a letter or a Greek letter's command (\lambda), never a relation's (\le), or a function's
+# value at one (f(x): "\frac{\pi^2}{8} \le f(x) \le \frac{5\pi^2}{4}" is the range [\pi^2/8, 5\pi^2/4])
+_VAR = r"([A-Za-z](?:\([A-Za-z]\))?|\\(?!(?:le|ge|lt|gt)(?:q|qslant)?(?![a-z]))[a-z]+)"
 _CHAIN = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*{_VAR}\s*{_REL}\s*{_BOUND}\s*$")
 _ONE_SIDE = re.compile(rf"^\s*{_VAR}\s*{_REL}\s*{_BOUND}\s*$")
 _ONE_SIDE_REVERSED = re.compile(rf"^\s*{_BOUND}\s*{_REL}\s*{_VAR}\s*$")
@@ -84,6 +85,23 @@ def _without_points(interval: str, points: list[str]) -> str | None:
         pieces.append(f"{start},{point})")
         start = f"({point}"
     return " \\cup ".join([*pieces, f"{start},{right}"])
+
+
+# an interval without some of its points: (0, 36) \setminus \{9\}, (0,36) \ {9}
+_DIFFERENCE = re.compile(r"^\s*(?:[A-Za-z]\s*(?:\\in(?![A-Za-z])|∈)\s*)?([\[(][^,\[\]()]+,[^,\[\]()]+[\])])\s*(?:\\setminus|\\backslash|\\(?=\s)|∖|-)\s*"
+                         r"\\?\{\s*([^{}]+?)\s*\\?\}\s*$")
+
+
+def as_difference(s: str) -> str | None:
+    """An interval with points taken out as the union of its pieces: ``(0, 36) \\setminus \\{9\\}`` ->
+    ``(0,9) \\cup (9,36)``; None for anything else (a bound or point that is not a plain number)."""
+    m = _DIFFERENCE.match(s)
+    if not m:
+        return None
+    points = [p.strip() for p in m.group(2).split(",")]
+    if not all(re.fullmatch(r"-?\d+(?:\.\d+)?", p) for p in points):
+        return None
+    return _without_points(re.sub(r"\s", "", m.group(1)), points)
 
 
 def as_union(items: list[str]) -> str | None:

@@ -173,7 +173,7 @@ def _foreign_digits(text: str, lang: str) -> str:
 
 
 # a number in Chinese numerals at the start of an answer: "二", "八份" (eight portions), "一百零五"
-_CHINESE_NUMBER = re.compile(r"^[零〇一二两三四五六七八九十百千万亿]+(?=[\u4e00-\u9fff]?[。．.！!]?\s*$)")
+_CHINESE_NUMBER = re.compile(r"^[零〇一二两三四五六七八九十百千万亿]+(?=[\u4e00-\u9fff]{0,3}[。．.！!]?\s*$)")
 
 
 def chinese_digits(answer: str) -> str:
