@@ -111,7 +111,13 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "conversions-matrices",
          # a bracket after the value that says where it is attained ("(attained at $x = 1$)") or glosses a count
          # ("(namely 1 and 3)"), a row vector transposed against a column, "**Area $= \\sqrt{45}$**"
-         "asides-transposes"}
+         "asides-transposes",
+         # money in brackets after money ("$14,400 a year ($1,200 a month)"), a gloss after a value with no verb
+         # ("2 hours, i.e. 120 minutes"), words in brackets closing the sentence, a "Sanity check:", "Extension:" or
+         # "💡 Tip:" paragraph after the answer; an interval without points, "0.666…", a ≤ f(x) ≤ b, named values then
+         # their tuple, "greater than $2$", ⟨a, b, c⟩, {3, 5, 7}, "In base eight: 2516", a mantissa "1.736 × 10³" and
+         # variables that are no Spanish "y"
+         "money-asides-added", "sets-vectors-bases"}
 
 
 def _rows() -> list[dict]:

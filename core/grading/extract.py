@@ -983,11 +983,14 @@ _REPEATING_ELLIPSIS = re.compile(r"(?<![\d.])(\d*\.\d*?)(\d{1,6}?)(\2+)[ \t]*\.\
 
 
 def _repeating_ellipsis(m: re.Match) -> str:
-    """A decimal written out with an ellipsis as the repeating decimal it is: ``0.666...`` -> ``0.\\overline{6}``;
-    a run of fewer than three repeated digits ("2.33...") or a number of several dots is left alone."""
+    """A decimal written out with an ellipsis as the fraction its repeating digits make: ``0.666...`` -> ``2/3``,
+    ``0.1666...`` -> ``1/6``; a run of fewer than three repeated digits ("2.33...") is left alone."""
     if len(m.group(2)) + len(m.group(3)) < 3:
         return m.group(0)
-    return f"{m.group(1)}\\overline{{{m.group(2)}}}"
+    whole, fixed = m.group(1).split(".")
+    period = m.group(2)
+    value = Fraction(int((whole or "0") + fixed + period) - int((whole or "0") + fixed), 10 ** len(fixed) * (10 ** len(period) - 1))
+    return f"{value.numerator}/{value.denominator}" if value.denominator != 1 else str(value.numerator)
 
 
 # an interval without some points, in plain text or LaTeX: "(0, 36) \ {9}", "(0,36) \setminus \{9\}"

@@ -137,6 +137,9 @@ def language_of(text: str) -> str | None:
     """The language ``text`` is written in, when its short words show one (two of them, or the word for
     "answer"): ``"fr"``, ``"es"``, ``"pt"``, ``"de"`` or ``"it"``; None for English (as many English short
     words), or where two languages score alike or too few words show one."""
+    # a letter beside math is a variable, not a word: "y^{2} = −5x + 44" has no Spanish "y"
+    text = re.sub(r"(?<![^\W\d_])[^\W\d_](?=[ \t]?[=^+\-−*/(<>≤≥_²³⁴])|(?<=[=^+\-−*/(<>≤≥])[ \t]?[^\W\d_](?![^\W\d_])|"
+                  r"(?<=\d)[^\W\d_](?![^\W\d_])", " ", text)  # "25y", "y +", "= y"
     words = [w.lower() for w in _WORD.findall(text)]
     # the word for "answer" counts twice: "Respuesta: seis días" is Spanish
     scores = {lang: sum((w in stop) * (1 + (w in _ANSWER_WORDS)) for w in words) for lang, stop in _STOPWORDS.items()}
