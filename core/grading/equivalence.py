@@ -405,9 +405,13 @@ def _decimal_comma(pred: str, gold: str) -> str:
 def _distinct(items: list[str]) -> list[str]:
     """``items`` without the ones that write an earlier item's value again: ``["1/2", "0.5"]`` -> ``["1/2"]``
     (a value and its decimal: one answer, not two); the same form again stays, a multiplicity (``1, 2, 2,
-    4``). Plain numbers and fractions are compared exactly, anything else as written."""
+    4``). Plain numbers, fractions and mixed numbers (``4\\tfrac12``) are compared exactly, anything else as written."""
     def value(item: str):
-        plain = re.sub(r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", r"\1/\2", item.replace(" ", ""))
+        compact = re.sub(r"\\[dt]?frac(\d)(\d)", r"\\frac{\1}{\2}", item.replace(" ", ""))  # \tfrac12
+        mixed = re.fullmatch(r"(\d+)\\[dt]?frac\{(\d+)\}\{(\d+)\}", compact)
+        if mixed and int(mixed.group(3)) and int(mixed.group(2)) < int(mixed.group(3)):  # 4\tfrac12 is 9/2
+            return int(mixed.group(1)) + Fraction(int(mixed.group(2)), int(mixed.group(3)))
+        plain = re.sub(r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", r"\1/\2", compact)
         try:
             return Fraction(plain)
         except (ValueError, ZeroDivisionError):

@@ -21,7 +21,7 @@ from fractions import Fraction
 from .hedges import alternative_after, answer_sentence, conflicting, plain_value, undecided_values
 from .intervals import as_difference
 from .number_words import chinese_digits, digits_for_words, language_of, spelled_number
-from .question import counted_noun, counts, question_of
+from .question import counted_noun, counts, question_of, question_words, stem
 from .units import DIMENSIONS, asked_unit, english_units, measure_after, unit_key
 
 __all__ = ["last_boxed", "final_boxes", "gsm8k_hash_answer", "math_segments", "leading_expression",
@@ -620,6 +620,9 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     lead = re.match(r"[\s:*_]*(?:(?:definitely|clearly|indeed|simply|just|exactly|still|actually|really|now|donc|alors|"
                     r"entonces|então|also|quindi|итак|поэтому)[ \t]+)?", rest, re.IGNORECASE)
     body = _restated_explicitly(rest[lead.end():])
+    stated_cjk = _cjk_value(re.split(r"[。\n]", body, maxsplit=1)[0])
+    if stated_cjk:  # "答え：$18^6$ の一の位は4です": the value after the last stating word, not the math before it
+        return stated_cjk, _EXPRESSION
     choice = _CHOICE.match(body)
     if choice:  # a choice letter, perhaps with its option's value: "(B) 9", "(B) $3(1+r/10)^x=7$"
         option = re.match(r"[ \t]*(?:\$([^$\n]+)\$|(\S.*?))[ \t]*(?:[.*_]*[ \t]*$|[.*_]*\n|\.[ \t])", body[choice.end():])
@@ -677,6 +680,9 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
             stated = closing_answer(sentence, problem)
             if stated:
                 return stated, _EXPRESSION
+    named_math = re.fullmatch(r"(?:the|a|an)[ \t]+(?:[A-Za-z]+[ \t]+){0,2}\$([^$]+)\$[ \t.]*", sentence, re.IGNORECASE)
+    if named_math:  # "Answer: the vector $\langle -18, -49, 96 \rangle$.": what it names is its math
+        return named_math.group(1).strip(), _MATH
     if "\\" in sentence:  # LaTeX without $: take it whole
         return sentence.rstrip(".").strip() or None, _MATH
     roots = _values_of_one_name(sentence)
@@ -1288,6 +1294,14 @@ _UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:
                         r"|\bnot[ \t]+(?:\w+[ \t]+)?confident[ \t]+in[ \t]+(?:a[ \t]+single|one|any|either)\b|\bbefore[ \t]+committing\b"
                         r"|\bnot[ \t]+(?:\w+[ \t]+)?confident[ \t]+enough[ \t]+to[ \t]+(?:pick|choose|decide|commit)\b"
                         r"|\bcan(?:no|'|’)?t[ \t]+narrow[ \t]+(?:it|this)[ \t]+down\b|\bjust[ \t]+as[ \t]+likely\b"
+                        # a value offered as a bound or one of two, never as the answer: "I'd flag both numbers rather
+                        # than pick one", "treat it as an upper bound ... rather than the answer itself", "the most I can
+                        # honestly say is that the minimum is at least 16"
+                        r"|\brather[ \t]+than[ \t]+(?:pick(?:ing)?|choos(?:e|ing)|commit(?:ting)?[ \t]+to)[ \t]+(?:one|either)\b"
+                        r"|\b(?:flag|give|report)[ \t]+both[ \t]+(?:numbers|values|answers|figures)\b"
+                        r"|\b(?:an?[ \t]+)?(?:upper|lower)[ \t]+bound\b[^.\n]*\brather[ \t]+than[ \t]+the[ \t]+answer\b"
+                        r"|\bthe[ \t]+most[ \t]+i[ \t]+can[ \t]+(?:honestly[ \t]+|safely[ \t]+|really[ \t]+)?say\b"
+                        r"|\bhaven(?:'|’)t[ \t]+been[ \t]+able[ \t]+to[ \t]+(?:convince[ \t]+myself|confirm|verify|show|prove)\b"
                         r"|не[ \t]+могу[ \t]+(?:точно[ \t]+)?(?:сказать|решить|выбрать)|\bsiwezi[ \t]+kuamua\b"
                         r"|\bcan(?:no|'|’)?t[ \t]+tell[ \t]+(?:precisely|exactly|for[ \t]+sure|from)\b"
                         r"|\bdo[ \t]+you[ \t]+want[ \t]+the\b[^\n?]*\bor\b[^\n]*\?|\blet[ \t]+me[ \t]+know[ \t]+and[ \t]+i(?:'|’)ll[ \t]+(?:confirm|finali[sz]e|update)\b"
@@ -1345,7 +1359,7 @@ def _gives_up(text: str) -> bool:
 _DANGLING = frozenset("""the a an of by to into from for with at as than per and or but because since if is are
     was were be equals gives give get gets makes become becomes we where whether might could would should will can
     may must need needs using when while its their his her our my your these those each every both onto about
-    through""".split())
+    through then""".split())
 # verbs that need an object: a text ending in one was cut off, unless a "what" clause is their object
 _OBJECT_VERBS = frozenset("find use compute calculate determine consider requires require".split())
 
@@ -1586,6 +1600,32 @@ def _outside_math(sentence: str, pattern: re.Pattern) -> list[re.Match]:
     return [m for m in pattern.finditer(sentence) if not any(a <= m.start() < b for a, b in spans)]
 
 
+# the words that state a value in Chinese, Japanese and Korean prose: "196 共有 9 个正因数", "$f(3)$ の値は 8 です",
+# "的值为 47", "余数是 3", "답은 42"
+_CJK_STATES = re.compile(r"是|为|為|等于|等於|有|は|이다|은|는")
+_CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+
+
+def _cjk_value(sentence: str) -> str | None:
+    """The value a Chinese, Japanese or Korean sentence states right after its last stating word (outside
+    math): the math or number that follows it; None when none follows it or the sentence has no such word."""
+    if not _CJK.search(sentence):
+        return None
+    # an aside in brackets states nothing: "5（最初は 6 になりましたが、間違いでした）"
+    sentence = re.sub(r"[（(][^（）()]*[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af][^（）()]*[）)]", " ", sentence)
+    states = _outside_math(sentence, _CJK_STATES)
+    if not states:
+        return None
+    after = sentence[states[-1].end():]
+    lead = re.match(r"[ \t*_]*", after).end()
+    segment = next((seg for seg in math_segments(after) if seg[0] == lead), None)
+    if segment:
+        return segment[2] or None
+    if re.match(r"[-−]?\d", after[lead:]):
+        return leading_expression(after[lead:])
+    return None
+
+
 def _math_answer(sentence: str) -> str | None:
     """The answer a sentence states in math: its last run of math segments (joined by "," / "and" /
     "or"), with the unit written after a lone number; in a chain ``5 + 3 = 8`` the value after the
@@ -1662,14 +1702,16 @@ _ADDED_PARAGRAPH = re.compile(r"(?<=\n)[ \t]*\n[ \t#*_>\-\u2600-\u27bf\U0001F300
 
 
 def _without_checks(text: str) -> str:
-    """``text`` up to a horizontal rule or a check heading ("**Verification:**") that follows a number:
+    """``text`` up to a horizontal rule or a check heading ("**Verification:**") that follows a number, or up
+    to a last paragraph labelled as a check or an addition ("Sanity check: ...", "Extension: ...", "💡 Tip: ..."):
     what comes after only checks the answer or adds to it. A rule over a column sum's total is no rule."""
     rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])
              and not re.match(r"\s*\n[ \t]*[-−]?[\d.,]+[ \t]*(?:\n|$)", text[m.end():])]
     if rules:
         text = text[:rules[0].start()]
-    checks = [m for m in [*_CHECK_HEADING.finditer(text), *_ADDED_PARAGRAPH.finditer(text)]
-              if re.search(r"\d", text[:m.start()])]
+    # a labelled check or addition closes the text only as its last paragraph: one before the answer's is work
+    added = [m for m in _ADDED_PARAGRAPH.finditer(text) if not re.search(r"\n[ \t]*\n[ \t]*\S", text[m.end():])]
+    checks = [m for m in [*_CHECK_HEADING.finditer(text), *added] if re.search(r"\d", text[:m.start()])]
     return text[:min(m.start() for m in checks)] if checks else text
 
 
@@ -1731,6 +1773,30 @@ _WHERE_ATTAINED = re.compile(r"[ \t]*\((?:attained|achieved|reached|obtained|occ
 _FINAL_ASIDE = re.compile(r"[ \t]*\((?=[^()\n]*[^\W\d_]{2})[^()\n$]*\)[ \t]*(?=[.!]?[ \t]*$)")
 
 
+# a quantity derived from the value after it: "$9.00, which works out to $4.50 per week", "450 small jelly beans
+# — that's six times the 75 large ones", "$450, which is 18% of her $2,500 in sales"
+_DERIVED = re.compile(r"[ \t]*(?:,|—|–|;|[ \t]-)[ \t]*(?:which|that|this|it)(?:['’]s|[ \t]+(?:is|works[ \t]+out[ \t]+to|comes[ \t]+"
+                      r"(?:out[ \t]+)?to|means|makes))[ \t]+(?:about[ \t]+|roughly[ \t]+|exactly[ \t]+|just[ \t]+(?:over|under)[ \t]+)?"
+                      r"\\?\$?(?P<value>\d[\d,]*(?:\.\d+)?|[a-z]+)[ \t]*(?P<kind>%|percent\b|times\b|"
+                      r"(?:[A-Za-z]+[ \t]+)?(?:per|a|an|each)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student)\b)[^\n]*$",
+                      re.IGNORECASE)
+
+
+def _without_derived(plain: str, question: str) -> str:
+    """``plain`` without a clause after its value that derives another quantity from it (a percentage, a
+    multiple, a rate: "$9.00, which works out to $4.50 per week over the two weeks") unless the question
+    (lowercased) asks for that kind of quantity ("What percent ...?", "How many times ...?", "... per week?")."""
+    m = _DERIVED.search(plain)
+    if not m or not re.search(r"\d", plain[:m.start()]):
+        return plain
+    kind = m.group("kind").lower()
+    if kind.startswith("times") and not (spelled_number(m.group("value")) or m.group("value")[0].isdigit()):
+        return plain
+    asks = {"%": r"percent|%", "percent": r"percent|%", "times": r"\btimes\b|how[ \t]+many[ \t]+times"}.get(kind.split()[0],
+                                                                                                   r"\b(?:per|each|a)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student)\b")
+    return plain if re.search(asks, question) else plain[:m.start()]
+
+
 def _without_where_attained(plain: str) -> str:
     """``plain`` without a bracket after a value that says where it is attained ("**Minimum value: 9** (attained
     at $x = 1$)": its math is the argument, not the value), nor words in brackets that close a sentence which
@@ -1744,13 +1810,14 @@ def _without_where_attained(plain: str) -> str:
     return plain
 
 
-def _statement(sentence: str, asked: str | None = None) -> str:
+def _statement(sentence: str, asked: str | None = None, question: str = "") -> str:
     """A sentence as it states its answer: numbers in words as digits, and without a value contrasted
     after the answer ("-- not 24"), an approximation in brackets after it ("(about $10.82$)"), its
-    reason ("is 0, because $54 = 6 \\times 9$") or its value again in another unit ("18 dollars, which is
-    1800 cents": :func:`_without_conversion`, ``asked`` the unit key the question asks for)."""
+    reason ("is 0, because $54 = 6 \\times 9$"), its value again in another unit ("18 dollars, which is
+    1800 cents": :func:`_without_conversion`, ``asked`` the unit key the question asks for) or a quantity
+    derived from it (", which is 18% of her sales": :func:`_without_derived`, ``question`` the question lowercased)."""
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(_without_where_attained(sentence.replace("**", "")))))
-    plain = _COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(_without_conversion(plain, asked))))
+    plain = _COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(_without_conversion(_without_derived(plain, question), asked))))
     check = _CHECK_CLAUSE.search(plain)
     if check and re.search(r"[-+*/×·^]", check.group("left")) and \
             re.search(rf"(?<![\d.,]){re.escape(check.group('value'))}(?![\d.,]*\d)", check.group("left")):
@@ -1860,7 +1927,10 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
-        plain = _statement(_main_clause(digits_for_words(sentence)), unit)
+        plain = _statement(_main_clause(digits_for_words(sentence)), unit, question)
+        stated_cjk = _cjk_value(plain)
+        if stated_cjk:  # "所以 196 共有 9 个正因数。": the value after its last stating word
+            return stated_cjk
         conclusion = ([None] + _outside_math(plain, _CONCLUDES))[-1]
         stated = _outside_math(plain, _STATES)
         if conclusion and stated and stated[-1].end() <= conclusion.start() and \
@@ -1874,6 +1944,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         if hedge:  # "either $125 (jewelry) or $96", "could be 30 dragons or 130 dragons": two answers, none
             first, second = [g for g in hedge.groups() if g is not None]
             return f"{first}, {second}"
+        keyed = _keyed_number(_statement(digits_for_words(sentence), unit, question), problem)
+        if keyed:  # "Scores: Naomi 68, Yuri 44, Brianna 85, and Jojo 54." for "How many points did Jojo score?"
+            return keyed
         states = _outside_math(plain, _STATES)
         words = [m for m in states if m.group(0) != "="]
         roots = _values_of_one_name(plain[words[-1].end():]) if words else None
@@ -1966,6 +2039,61 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             start, expr, _ = found[0]
             return _with_unit(_with_half_day(expr, clause[start:]), clause, start)
     return None
+
+
+# a number in prose, with a dollar sign before it or a percent sign after it
+_PROSE_NUMBER = re.compile(r"(?<![\w.,\\])(\\?\$)?(-?\d[\d,]*(?:\.\d+)?)(?![\d,]*\.?\d)(%)?")
+# a question that asks for money
+_ASKS_MONEY = re.compile(r"\bhow[ \t]+much[ \t]+money\b|\bamount[ \t]+of[ \t]+money\b|\bin[ \t]+dollars\b|\bhow[ \t]+much\b[^?]*\b"
+                         r"(?:earn|make|pay|spend|cost|save|charge|owe|raise|collect|lose)", re.IGNORECASE)
+
+
+# words that never label a number: articles, prepositions, pronouns, auxiliaries
+_UNWEIGHED = frozenset("""the a an of in on at for to from by with and or but is are was were be been has have had it its
+    he she they them their his her we our you your i my this that these those there which who so then than""".split())
+
+
+def _keyed_number(plain: str, problem: str | None) -> str | None:
+    """Of the numbers a sentence lists in prose without stating one ("Scores: Naomi 68, Yuri 44, Brianna 85,
+    and Jojo 54."), the one the question asks for, where one stands out: the only one that counts the
+    question's noun or carries its unit ("22 men and 8 women are left" for "How many women ...?"), else the
+    only amount of money where the question asks for money, else the one whose label (the words before it,
+    after the last comma or dash) holds the question's words: "Jojo 54" for "How many points did Jojo
+    score?", "Anthony keeps 10" for "How many pencils did Anthony keep?". None when the sentence computes
+    (math, an operator), concludes after its first number ("so", "∴") or states a value with a verb
+    ("... and the greater one is 18"), holds fewer than two values, or nothing stands out."""
+    if not problem or math_segments(plain) or re.search(r"[=+×*/÷_^√π∞<>≤≥·]|\d[ \t]*-[ \t]*\d", plain):
+        return None
+    plain = re.sub(r"[ \t]*\([^()]*\)", "", plain)  # asides: "$2,100 ($1,200 in the first month plus $900 ...)"
+    numbers = list(_PROSE_NUMBER.finditer(plain))
+    if len({drop_thousands_separators(m.group(2)) for m in numbers}) < 2:
+        return None
+    if any(c.start() > numbers[0].start() for c in _CONCLUDES.finditer(plain)):
+        return None  # "Sam had 20 apples, ate 8 ∴ 12 are left.": the conclusion decides
+    noun, unit, words = counted_noun(problem), asked_unit(problem), question_words(problem)
+    counted = [m for m in numbers if (noun and counts(plain[m.end():], noun))
+               or (unit and unit_key(measure_after(plain[m.end():]) or "") == unit)]
+    money = [m for m in numbers if m.group(1)] if _ASKS_MONEY.search(question_of(problem)) else []
+    if counted:  # "So the polygon has 8 sides, and the omitted angle is 10°." for "How many sides ...?"
+        chosen = counted[0] if len(counted) == 1 else None
+    elif any(v.start() > numbers[0].start() and re.match(r"[ \t]*\\?\$?-?\d", plain[v.end():])
+             for v in _STATES.finditer(plain) if v.group(0) != ":"):
+        return None  # "The 2 integers are 16 and 18, and the greater one is 18.": a verb states the value
+    elif money:  # "She sold 65 books in the second year for $1,300.": the only amount of money
+        chosen = money[0] if len(money) == 1 else None
+    else:
+        scores = []
+        for k, m in enumerate(numbers):
+            before = plain[numbers[k - 1].end() if k else 0:m.start()]
+            before = re.split(r"[,;:—–(]|\b(?:and|or)\b", before)[-1]  # what came before belongs to the last number
+            label = [w for w in re.findall(r"[A-Za-z][A-Za-z'-]*", before) if w.lower() not in _UNWEIGHED]
+            # the word right before a number weighs most ("Jojo 54"), then the one before it ("Anthony keeps 10")
+            scores.append(sum(weight * (stem(w) in words) for weight, w in zip((2, 1), reversed(label))))
+        best = max(scores)
+        chosen = numbers[scores.index(best)] if best >= 1 and scores.count(best) == 1 else None
+    if chosen is None:
+        return None
+    return _with_unit((chosen.group(1) or "") + chosen.group(2) + (chosen.group(3) or ""), plain, chosen.start())
 
 
 def _plain_question(problem: str | None) -> str:
