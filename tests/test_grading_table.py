@@ -117,7 +117,12 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # "💡 Tip:" paragraph after the answer; an interval without points, "0.666…", a ≤ f(x) ≤ b, named values then
          # their tuple, "greater than $2$", ⟨a, b, c⟩, {3, 5, 7}, "In base eight: 2516", a mantissa "1.736 × 10³" and
          # variables that are no Spanish "y"
-         "money-asides-added", "sets-vectors-bases"}
+         "money-asides-added", "sets-vectors-bases",
+         # a sentence that lists values ("Naomi 68, Yuri 44, Brianna 85, and Jojo 54"): the one the question's noun,
+         # money or label picks; values after the stating words of Chinese, Japanese and Korean ("的值为 47", "の値は 8
+         # です"); a quantity derived after the answer (", which is 18% of her sales"), a bound offered instead of an
+         # answer, a text cut off after "then"
+         "listed-values", "cjk-stating", "derived-bounds"}
 
 
 def _rows() -> list[dict]:

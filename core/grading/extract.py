@@ -1298,7 +1298,6 @@ _UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:
                         # than pick one", "treat it as an upper bound ... rather than the answer itself", "the most I can
                         # honestly say is that the minimum is at least 16"
                         r"|\brather[ \t]+than[ \t]+(?:pick(?:ing)?|choos(?:e|ing)|commit(?:ting)?[ \t]+to)[ \t]+(?:one|either)\b"
-                        r"|\b(?:flag|give|report)[ \t]+both[ \t]+(?:numbers|values|answers|figures)\b"
                         r"|\b(?:an?[ \t]+)?(?:upper|lower)[ \t]+bound\b[^.\n]*\brather[ \t]+than[ \t]+the[ \t]+answer\b"
                         r"|\bthe[ \t]+most[ \t]+i[ \t]+can[ \t]+(?:honestly[ \t]+|safely[ \t]+|really[ \t]+)?say\b"
                         r"|\bhaven(?:'|’)t[ \t]+been[ \t]+able[ \t]+to[ \t]+(?:convince[ \t]+myself|confirm|verify|show|prove)\b"
@@ -1778,7 +1777,7 @@ _FINAL_ASIDE = re.compile(r"[ \t]*\((?=[^()\n]*[^\W\d_]{2})[^()\n$]*\)[ \t]*(?=[
 _DERIVED = re.compile(r"[ \t]*(?:,|—|–|;|[ \t]-)[ \t]*(?:which|that|this|it)(?:['’]s|[ \t]+(?:is|works[ \t]+out[ \t]+to|comes[ \t]+"
                       r"(?:out[ \t]+)?to|means|makes))[ \t]+(?:about[ \t]+|roughly[ \t]+|exactly[ \t]+|just[ \t]+(?:over|under)[ \t]+)?"
                       r"\\?\$?(?P<value>\d[\d,]*(?:\.\d+)?|[a-z]+)[ \t]*(?P<kind>%|percent\b|times\b|"
-                      r"(?:[A-Za-z]+[ \t]+)?(?:per|a|an|each)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student)\b)[^\n]*$",
+                      r"(?:[A-Za-z]+[ \t]+)?(?:per[ \t]+[a-z]+|(?:a|an|each)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student))\b)[^\n]*$",
                       re.IGNORECASE)
 
 
@@ -1792,8 +1791,9 @@ def _without_derived(plain: str, question: str) -> str:
     kind = m.group("kind").lower()
     if kind.startswith("times") and not (spelled_number(m.group("value")) or m.group("value")[0].isdigit()):
         return plain
-    asks = {"%": r"percent|%", "percent": r"percent|%", "times": r"\btimes\b|how[ \t]+many[ \t]+times"}.get(kind.split()[0],
-                                                                                                   r"\b(?:per|each|a)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student)\b")
+    per = re.escape(kind.split()[-1])  # a rate: the question asks for one "per week", "each day", "on average"
+    asks = {"%": r"percent|%", "percent": r"percent|%", "times": r"\btimes\b|how[ \t]+many[ \t]+times"}.get(
+        kind.split()[0], rf"\b(?:per|each|a|an|every)[ \t]+{per}|\baverage\b")
     return plain if re.search(asks, question) else plain[:m.start()]
 
 
@@ -2071,7 +2071,8 @@ def _keyed_number(plain: str, problem: str | None) -> str | None:
     if any(c.start() > numbers[0].start() for c in _CONCLUDES.finditer(plain)):
         return None  # "Sam had 20 apples, ate 8 ∴ 12 are left.": the conclusion decides
     noun, unit, words = counted_noun(problem), asked_unit(problem), question_words(problem)
-    counted = [m for m in numbers if (noun and counts(plain[m.end():], noun))
+    counted = [m for m in numbers if not re.match(r"[ \t]+(?:more|fewer|less)\b", plain[m.end():])  # "8 fewer women"
+               and (noun and counts(plain[m.end():], noun))
                or (unit and unit_key(measure_after(plain[m.end():]) or "") == unit)]
     money = [m for m in numbers if m.group(1)] if _ASKS_MONEY.search(question_of(problem)) else []
     if counted:  # "So the polygon has 8 sides, and the omitted angle is 10°." for "How many sides ...?"
