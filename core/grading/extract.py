@@ -468,7 +468,8 @@ def leading_expression(text: str) -> str | None:
         spaced, ch = j > i, s[j]
         word = _WORD.match(s, j)
         # one letter, not a word elided before another ("l'iPhone", "d'un": French prose)
-        single_letter = word is not None and word.end() - j == 1 and not re.match(r"['’][A-Za-z]", s[j + 1:j + 3])
+        single_letter = word is not None and word.end() - j == 1 and not re.match(r"['’][A-Za-z]", s[j + 1:j + 3]) \
+            and not (word.end() < n and s[word.end()].isalpha())  # "vậy": a word of Vietnamese, not the letter v
         if expect_operand:
             number = _NUMBER.match(s, j)
             if number:
@@ -657,7 +658,8 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     if "\\" not in sentence:
         sentence = digits_for_words(chinese_digits(sentence), lang)  # "she needs three more boxes", "a half", "二"
         # an aside in brackets after the value: "16(最初は 8 になりましたが, 間違いでした)", "12 (not 13 — ...)"
-        sentence = re.sub(r"(?<=\d)[ \t]*\((?=[^()]*[^\W\d_]{2})[^()]*\)", "", sentence)
+        sentence = re.sub(r"(?<=\d)((?:[ \t]+[A-Za-z]+){0,2})[ \t]*\((?=[^()]*[^\W\d_]{2})[^()]*\)", r"\1", sentence)
+        # ... its unit kept: "720 minutes (= 12 hours)"
     if (lang or language_of(sentence)) in ("es", "pt", "de", "it"):  # "La respuesta es 1.128.": dots group thousands there
         sentence = re.sub(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)", lambda m: m.group(0).replace(".", ""), sentence)
     either = re.match(r"(?:either|entweder)[ \t]+(.+?)[ \t]+(?:or|oder)[ \t]+(.+?)(?:[ \t]+(?:depending|if|when|je)\b|[,;]|$)"
@@ -1025,6 +1027,19 @@ def _with_base(m: re.Match) -> str:
     return f"In base {base} it is {m.group('digits')}_{{{base}}}"
 
 
+# ten thousands and hundred millions in Chinese and Japanese digits: "16万8000" (168000), "33万" (330000), "1.5亿"
+_MYRIADS = re.compile(r"(?<![\d.,])(\d+(?:\.\d+)?)[ \t]*(万|萬|亿|億)(?:[ \t]*(\d{1,4})(?![\d.,]))?")
+
+
+def _in_myriads(m: re.Match) -> str:
+    """A number written with 万 (10^4) or 亿/億 (10^8) as its digits: ``16万8000`` -> ``168000``."""
+    if re.match(r"[ \t]*\d+[ \t]*[千百十]", m.string[m.end(2):]):
+        return m.group(0)  # "3万5千": Chinese numerals after it, not digits
+    scale = 10 ** 4 if m.group(2) in "万萬" else 10 ** 8
+    value = Decimal(m.group(1)) * scale + int(m.group(3) or 0)
+    return format(value.normalize(), "f") if value == value.to_integral_value() else str(value)
+
+
 # "per one day" in Japanese and Korean, before the value it is the rate of: "1日に18ドル", "1時間で18個", "1일에 18달러"
 _PER_ONE = re.compile(r"(?<![\d.,])1[ \t]*(?=(?P<counter>日|時間|週間|週|か月|ヶ月|カ月|年|分|人|일|시간|주|개월|달|년|분|명)[ \t]*"
                       r"(?:に|で|あたり|当たり|につき|에|당|마다)[^\n。.!?]*?\d)")
@@ -1054,6 +1069,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         return None, ""
     text = _REPEATING_ELLIPSIS.sub(_repeating_ellipsis, _LATEX_THOUSANDS.sub(",", normalise_unicode(text)))
     text = _PLAIN_DIFFERENCE.sub(_as_pieces, text)  # "(0, 36) \ {9}": (0,9) ∪ (9,36)
+    text = _MYRIADS.sub(_in_myriads, text)  # "16万8000ドル": 168000
     text = _BASE_LABEL.sub(_with_base, text)  # "In base eight: 2516": 2516_{8}
     text = re.sub(r"\b(?:R|US|C|A)\$[ \t]*(?=\d)", "", text)  # reais and other dollars' signs: "R$ 21,00" is 21,00
     text = _THAT_IS_ABBREVIATION.sub("that is,", text)
@@ -1601,7 +1617,7 @@ def _outside_math(sentence: str, pattern: re.Pattern) -> list[re.Match]:
 
 # the words that state a value in Chinese, Japanese and Korean prose: "196 共有 9 个正因数", "$f(3)$ の値は 8 です",
 # "的值为 47", "余数是 3", "답은 42"
-_CJK_STATES = re.compile(r"是|为|為|等于|等於|有|は|이다|은|는")
+_CJK_STATES = re.compile(r"是|为|為|等于|等於|有|需要|花了|用了|得到|一共|总共|合计|は|이다|은|는")
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
 
 
@@ -1775,7 +1791,7 @@ _FINAL_ASIDE = re.compile(r"[ \t]*\((?=[^()\n]*[^\W\d_]{2})[^()\n$]*\)[ \t]*(?=[
 # a quantity derived from the value after it: "$9.00, which works out to $4.50 per week", "450 small jelly beans
 # — that's six times the 75 large ones", "$450, which is 18% of her $2,500 in sales"
 _DERIVED = re.compile(r"[ \t]*(?:,|—|–|;|[ \t]-)[ \t]*(?:which|that|this|it)(?:['’]s|[ \t]+(?:is|works[ \t]+out[ \t]+to|comes[ \t]+"
-                      r"(?:out[ \t]+)?to|means|makes))[ \t]+(?:about[ \t]+|roughly[ \t]+|exactly[ \t]+|just[ \t]+(?:over|under)[ \t]+)?"
+                      r"(?:out[ \t]+)?to|means|makes))[ \t]+(?:an[ \t]+average[ \t]+of[ \t]+)?(?:about[ \t]+|roughly[ \t]+|exactly[ \t]+|just[ \t]+(?:over|under)[ \t]+)?"
                       r"\\?\$?(?P<value>\d[\d,]*(?:\.\d+)?|[a-z]+)[ \t]*(?P<kind>%|percent\b|times\b|"
                       r"(?:[A-Za-z]+[ \t]+)?(?:per[ \t]+[a-z]+|(?:a|an|each)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student))\b)[^\n]*$",
                       re.IGNORECASE)
@@ -1927,7 +1943,8 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
     for sentence in reversed(sentences[-3:]):
         if sentence.rstrip("*_ ").endswith("?"):
             continue
-        plain = _statement(_main_clause(digits_for_words(sentence)), unit, question)
+        # asides first: a ";" inside brackets ends no clause ("20 cm long (yellow 12 cm, blue 5 cm; check: ...)")
+        plain = _statement(_main_clause(_without_where_attained(digits_for_words(sentence))), unit, question)
         stated_cjk = _cjk_value(plain)
         if stated_cjk:  # "所以 196 共有 9 个正因数。": the value after its last stating word
             return stated_cjk
@@ -2065,6 +2082,8 @@ def _keyed_number(plain: str, problem: str | None) -> str | None:
     if not problem or math_segments(plain) or re.search(r"[=+×*/÷_^√π∞<>≤≥·]|\d[ \t]*-[ \t]*\d", plain):
         return None
     plain = re.sub(r"[ \t]*\([^()]*\)", "", plain)  # asides: "$2,100 ($1,200 in the first month plus $900 ...)"
+    if re.search(r"\d[^\W\d]*[ \t]+(?:or|either|oder|ou|o)[ \t]+\\?\$?\d", plain):
+        return None  # "sent 44 or 48 people": a hedge between two values, for the hedge rules to read
     numbers = list(_PROSE_NUMBER.finditer(plain))
     if len({drop_thousands_separators(m.group(2)) for m in numbers}) < 2:
         return None

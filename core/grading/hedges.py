@@ -25,8 +25,9 @@ __all__ = ["alternative_after", "answer_sentence", "conflicting", "plain_value",
 
 _NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
 # "or" in the languages the grader reads, with what may stand between it and the other value
-_OR_WORDS = r"(?:or|oder|ou|o|oppure|или|либо|أو|या|또는|혹은|或者|或是|或|也可能是|也可能|または|か)"
-_OR_MODAL = (r"(?:(?:possibly|perhaps|maybe|even|else|also|eventually|vielleicht|peut-être|quizás|tal[ \t]+vez|talvez)[ \t]+|"
+_OR_WORDS = r"(?:or|oder|ou|o|oppure|или|либо|أو|या|또는|혹은|或者|或是|或|也可能是|也可能|または|か|hoặc|veya|ya[ \t]+da|atau)"
+_OR_MODAL = (r"(?:(?:possibly|perhaps|maybe|even|else|also|eventually|vielleicht|peut-être|quizás|tal[ \t]+vez|talvez|"
+             r"about|around|roughly|approximately|около|примерно|khoảng|yaklaşık|sekitar|environ|etwa|unos|cerca[ \t]+de)[ \t]+|~[ \t]*|"
              r"(?:it|that|the[ \t]+answer)[ \t]+(?:could|might|may|would)[ \t]+(?:also[ \t]+|even[ \t]+)?be[ \t]+)*")
 _OR_VALUE = re.compile(r"(?:(?<=[\s,;(\[*_$，、])|(?<=^)|(?<=\d))" + _OR_WORDS + r"(?![^\W\d_])[ \t]*" + _OR_MODAL +
                        r"[ \t*_$\\(]*(?:\$[ \t]*)?(" + _NUMBER + r")(?![\d/])", re.IGNORECASE)
@@ -136,8 +137,8 @@ def alternative_after(tail: str, answer: str, problem: str | None = None) -> str
         if re.match(_SET_ASIDE, after):
             continue  # "(0 or 1 are also possible leftovers, but the question asks for the greatest)"
         unit = measure_after(re.sub(r"^[*_$}\s]+", " ", after)) or ""
-        if unit and unit_key(unit) != unit_key(answer_unit or "-"):
-            continue  # "3 hours, or 180 minutes": the same time in other units
+        if unit and answer_unit and unit_key(unit) != unit_key(answer_unit):
+            continue  # "3 hours, or 180 minutes": the same time in other units ("5 or 6 days" share theirs)
         return m.group(1)
     cues = [(cue, 0) for cue in [*_CONDITION.finditer(tail), *_MODAL.finditer(tail)]]
     for cue in _IF.finditer(tail):
