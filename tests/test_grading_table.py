@@ -122,7 +122,11 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # money or label picks; values after the stating words of Chinese, Japanese and Korean ("的值为 47", "の値は 8
          # です"); a quantity derived after the answer (", which is 18% of her sales"), a bound offered instead of an
          # answer, a text cut off after "then"
-         "listed-values", "cjk-stating", "derived-bounds"}
+         "listed-values", "cjk-stating", "derived-bounds",
+         # "or" and "or about" in more languages, "5 or 6 days" (a unit shared), 16万8000, 需要 8 美元, conclusions and
+         # reasons in other languages ("vậy", "vì"), a ";" inside an aside, "an average of about", "(= 12 hours)",
+         # "**6** values", an aside with math, ", attained at", "can't pin down", "once"
+         "hedges-locales-asides"}
 
 
 def _rows() -> list[dict]:

@@ -824,6 +824,8 @@ def grade(pred: str | None, gold: str | None, problem: str | None = None, *, rea
             return Grade(False, reading, timed_out)  # "20 cents" where the problem counts its money in dollars
         # -\mathbf{I} answers a gold written out as its matrix, (-2, -14, -7)^T a column vector
         pred = transposed_row(scaled_identity(str(pred), str(gold)), str(gold))
+        # "each child can have soup **once**": how many times, in a word
+        pred = {"once": "1", "twice": "2", "thrice": "3"}.get(str(pred).strip(" *.").lower(), pred)
         pred_s = _decimal_comma(_prepare(pred), gold_s)
         if canonical_answer(pred_s) == canonical_answer(gold_s):
             return Grade(True, reading, timed_out)

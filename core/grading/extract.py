@@ -1292,7 +1292,7 @@ def _statement_before(text: str, statements: list[re.Match], box_start: int, pro
 # a model saying it has not decided between answers: "I can't pin it down further", "Both readings seem possible",
 # "Could you clarify whether ...?", "These disagree, and I don't have time to resolve which is correct."
 _UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:'|’)t|[ \t]+not)|(?:am|'m)[ \t]+unable[ \t]+to|"
-                        r"do(?:n(?:'|’)t|[ \t]+not)[ \t]+(?:have[ \t]+time[ \t]+to|know))[ \t]+(?:pin[ \t]+(?:it|this)[ \t]+down|"
+                        r"do(?:n(?:'|’)t|[ \t]+not)[ \t]+(?:have[ \t]+time[ \t]+to|know))[ \t]+(?:pin[ \t]+(?:(?:it|this)[ \t]+)?down|"
                         r"tell[ \t]+which|decide|rule[ \t]+(?:either|one|out)|resolve[ \t]+which|be[ \t]+sure[ \t]+which|"
                         r"say[ \t]+which|determine[ \t]+which)"
                         r"|\b(?:not|n(?:'|’)t)[ \t]+(?:completely[ \t]+|entirely[ \t]+|fully[ \t]+)?(?:sure|certain)[ \t]+"
@@ -1455,7 +1455,10 @@ def _retracted(text: str, end: int, problem: str | None) -> str | None:
 
 
 # A conclusion's verb or sign, after which its answer comes: "Therefore, the area is 12", "so x = 4"
-_CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence|meaning(?:[ \t]+that)?|(?:which|this|that)[ \t]+means(?:[ \t]+that)?)\b",
+_CONCLUDES = re.compile(r"\b(?:so|thus|therefore|hence|meaning(?:[ \t]+that)?|(?:which|this|that)[ \t]+means(?:[ \t]+that)?"
+                        # ... and in the grader's other languages: "..., vậy Bill đang ở tầng 17", "donc", "поэтому"
+                        r"|donc|entonces|por[ \t]+lo[ \t]+tanto|então|portanto|quindi|dunque|поэтому|значит|итак|vậy|do[ \t]+đó|"
+                        r"jadi|maka|dolayısıyla|bu[ \t]+yüzden)\b|所以|因此|したがって|よって|따라서",
                         re.IGNORECASE)
 # A check restates the computation with the answer put in; it answers nothing ("Check: 3(46) - 9 = 129 ✓")
 _CHECK = re.compile(r"^[\s*_>#-]*(?:(?:sanity[ \t]+|double[ \t-]*|last[ \t]+|final[ \t]+|quick[ \t]+)?check(?:ing)?|verif(?:y|ying|ication))\b|.*[✓✔][\s*_]*$"
@@ -1545,7 +1548,9 @@ _ALSO_ANSWER = re.compile(r"(-?\d[\d.,]*\d|\d)\b[^.\d]*?\b(?:but|although|though
                           r"\b(?:is|are|would[ \t]+be|could[ \t]+be|might[ \t]+be|may[ \t]+be)[ \t]+also[ \t]+(?:an?[ \t]+)?"
                           r"(?:reasonable|possible|valid|correct|acceptable|plausible)\b", re.IGNORECASE)
 # the reason given after a stated answer, and a hedge between two values
-_REASON = re.compile(r"\s*,?\s+(?:because|since)\b.*$", re.IGNORECASE | re.S)
+# a reason after the answer, in the grader's languages: "2, since ...", "18, vì 4 × 3 + 6 = 18", "12, porque ..."
+_REASON = re.compile(r"\s*,?\s+(?:because|since|porque|puisque|parce[ \t]+que|weil|perché|poiché|потому[ \t]+что|так[ \t]+как|"
+                     r"vì|karena|çünkü)\b.*$", re.IGNORECASE | re.S)
 _HEDGE = re.compile(r"\beither\b[^\d]*?(-?\d[\d.,]*\d|\d)\b.*?\bor\b[^\d]*?(-?\d[\d.,]*\d|\d)\b", re.IGNORECASE)
 # a short answer alone on the last line ("Evelyn", "even", "C", "(B)", "(C) Plane"), not a word that closes a text
 _BARE_ANSWER = re.compile(r"^[*_]*(?:\([A-Za-z]\)(?:[ ][A-Za-z][A-Za-z'-]*){0,2}|[A-Za-z][A-Za-z'-]*(?:[ ][A-Za-z][A-Za-z'-]*){0,2})[*_]*\.?$")
@@ -1781,11 +1786,12 @@ def _without_conversion(plain: str, asked: str | None = None) -> str:
 
 # where a value is attained, after it in brackets: "9 (attained at $x = 1$)", "**12** (when $n = 3$)"
 _WHERE_ATTAINED = re.compile(r"[ \t]*\((?:attained|achieved|reached|obtained|occurring|which[ \t]+occurs|when|at|for|with)\b"
-                             r"[^()\n]*\)", re.IGNORECASE)
+                             r"[^()\n]*\)|,[ \t]*(?:attained|achieved|reached|obtained|which[ \t]+(?:is[ \t]+)?(?:attained|achieved|occurs))"
+                             r"[ \t]+(?:at|when|for|with)\b[^.;\n]*", re.IGNORECASE)
 
 
 # words in brackets closing a sentence: "(that's 240 inches per minute).", "(a quarter, 0.25 of the whole)"
-_FINAL_ASIDE = re.compile(r"[ \t]*\((?=[^()\n]*[^\W\d_]{2})[^()\n$]*\)[ \t]*(?=[.!]?[ \t]*$)")
+_FINAL_ASIDE = re.compile(r"[ \t]*\((?=[^()\n]*[^\W\d_]{2})[^()\n]*\)[ \t]*(?=[.!]?[ \t]*$)")
 
 
 # a quantity derived from the value after it: "$9.00, which works out to $4.50 per week", "450 small jelly beans
@@ -1868,7 +1874,7 @@ def _count_of_named(plain: str, states: list, segments: list) -> str | None:
     m = _COUNT_BEFORE_NAME.fullmatch(plain, states[-1].end(), segments[0][0])
     return _with_unit(m.group(1), plain, m.start(1)) if m else None
 # bold that closes a sentence (the answer a model marks): "she faces **east**.", "would cost **$18.90**."
-_BOLD_CLOSE = re.compile(r"(?:(?<=\s)|^)\*\*([^*\n]+?)\*\*[ \t]*[.!]?[ \t]*$")
+_BOLD_CLOSE = re.compile(r"(?:(?<=\s)|^)\*\*([^*\n]+?)\*\*(?:[ \t]+[A-Za-z]+){0,2}[ \t]*[.!]?[ \t]*$")  # "— **6** values."
 
 
 def closing_answer(text: str, problem: str | None = None) -> str | None:
