@@ -125,7 +125,7 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "listed-values", "cjk-stating", "derived-bounds",
          # "or" and "or about" in more languages, "5 or 6 days" (a unit shared), 16万8000, 需要 8 美元, conclusions and
          # reasons in other languages ("vậy", "vì"), a ";" inside an aside, "an average of about", "(= 12 hours)",
-         # "**6** values", an aside with math, ", attained at", "can't pin down", "once"
+         # "**6** values", an aside with math, ", attained at", "can't pin down", "once", a loop of answer sentences cut off
          "hedges-locales-asides"}
 
 

@@ -1133,6 +1133,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         if ans:
             return _retracted(text, m.end(), problem) or _undecided_between(text, m.start(), m.end(), problem) or \
                 _hedged(text, m.end(), ans, problem), text
+    text = _without_cut_repetition(text)
     if _ends_in_loop(text) or _cut_off(text) or _gives_up(text) or _restates_problem(text, problem):
         return None, text
     inverted = _inverted_statement(text, problem)
@@ -1403,6 +1404,22 @@ def _cut_off(text: str) -> bool:
 
 # a span of 10 characters or more written three times or more in a row at the very end of the text
 _LOOP = re.compile(r"(?P<unit>\S.{9,199}?)(?P=unit){2,}(?P<rest>.{0,200})\Z", re.S)
+
+
+def _without_cut_repetition(text: str) -> str:
+    """``text`` without the start of one more repetition of a whole sentence it repeats at its end ("So April has
+    10 plant pots left over." three times, then "So April has"): a loop of whole sentences concludes each time,
+    and only its last, cut-off copy states nothing."""
+    tail = text.rstrip()
+    if re.search(r"[.!?)}$*]$", tail):
+        return text  # it ends with a sentence: nothing was cut off
+    loop = _LOOP.search(tail[-2000:])
+    rest = loop.group("rest") if loop else ""
+    if not loop or not re.search(r"[.!?](?:\s|$)", loop.group("unit")) or not rest.strip() or \
+            not loop.group("unit").startswith(rest.strip()):
+        return text
+    # the unit may start at its sentence's end (". So April has ... left over"): keep that full stop
+    return tail[:len(tail) - len(rest)].rstrip() + (rest.strip()[0] if rest.strip()[0] in ".!?" else "")
 
 
 def _ends_in_loop(text: str) -> bool:
