@@ -2120,7 +2120,7 @@ def _keyed_number(plain: str, problem: str | None) -> str | None:
     if counted:  # "So the polygon has 8 sides, and the omitted angle is 10°." for "How many sides ...?"
         chosen = counted[0] if len(counted) == 1 else None
     elif any(v.start() > numbers[0].start() and re.match(r"[ \t]*\\?\$?-?\d", plain[v.end():])
-             for v in _STATES.finditer(plain) if v.group(0) != ":"):
+             for v in [*_STATES.finditer(plain), *_PAST_STATES.finditer(plain)] if v.group(0) != ":"):
         return None  # "The 2 integers are 16 and 18, and the greater one is 18.": a verb states the value
     elif money:  # "She sold 65 books in the second year for $1,300.": the only amount of money
         chosen = money[0] if len(money) == 1 else None
