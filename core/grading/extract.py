@@ -2114,8 +2114,8 @@ def _keyed_number(plain: str, problem: str | None) -> str | None:
         return None  # "Sam had 20 apples, ate 8 ∴ 12 are left.": the conclusion decides
     noun, unit, words = counted_noun(problem), asked_unit(problem), question_words(problem)
     counted = [m for m in numbers if not re.match(r"[ \t]+(?:more|fewer|less)\b", plain[m.end():])  # "8 fewer women"
-               and (noun and counts(plain[m.end():], noun))
-               or (unit and unit_key(measure_after(plain[m.end():]) or "") == unit)]
+               and ((noun and counts(plain[m.end():], noun))
+                    or (unit and unit_key(measure_after(plain[m.end():]) or "") == unit))]
     money = [m for m in numbers if m.group(1)] if _ASKS_MONEY.search(question_of(problem)) else []
     if counted:  # "So the polygon has 8 sides, and the omitted angle is 10°." for "How many sides ...?"
         chosen = counted[0] if len(counted) == 1 else None
