@@ -1859,8 +1859,11 @@ def _statement(sentence: str, asked: str | None = None, question: str = "") -> s
     plain = _COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(_without_conversion(_without_derived(plain, question), asked))))
     check = _CHECK_CLAUSE.search(plain)
     if check and re.search(r"[-+*/×·^]", check.group("left")) and \
+            not re.search(r"\\Rightarrow|\\implies|⇒|⟹", plain[check.end():]) and \
             re.search(rf"(?<![\d.,]){re.escape(check.group('value'))}(?![\d.,]*\d)", check.group("left")):
-        plain = plain[:check.start("clause")]  # "k = 2^2 3^2 5^2 = 900, making 240·900 = 216000": a check of 900
+        # "k = 2^2 3^2 5^2 = 900, making 240·900 = 216000": a check of 900; "= 6$, so $\frac{-2y-3}{6} = \frac56
+        # \Rightarrow y = -4$" goes on to a new result
+        plain = plain[:check.start("clause")]
     reason = _REASON.search(plain)
     return plain[:reason.start()] if reason and re.search(r"\d", plain[:reason.start()]) else plain
 
