@@ -233,6 +233,18 @@ def test_spelled_numbers(words, value):
 
 
 @pytest.mark.parametrize("text, expected", [
+    ("восемьдесят учеников", "80 учеников"), ("сто двадцать пять рыбок", "125 рыбок"), ("две тысячи триста", "2300"),
+    ("двадцать один", "21"),
+    # words in an order no number has are read one by one; a lone "один" is a pronoun as often
+    ("пять шесть", "5 6"), ("двадцать тридцать", "20 30"), ("десять один", "10 один"), ("один из них", "один из них"),
+])
+def test_russian_number_words(text, expected):
+    from core.grading.number_words import digits_for_words
+
+    assert digits_for_words(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
     ("The answer is twenty-one.", "21"),
     ("Answer: three units", "3"),
     ("So Janet makes eighteen dollars every day.", "\\$18"),

@@ -149,6 +149,38 @@ def language_of(text: str) -> str | None:
     return leaders[0] if best >= 2 and len(leaders) == 1 and best > english else None
 
 
+# Russian cardinals in the nominative (and the feminine одна / две), by the part of a number each word is
+_RUSSIAN = {**dict(zip("ноль один одна одно два две три четыре пять шесть семь восемь девять".split(),
+                       [0, 1, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9])),
+            **dict(zip("десять одиннадцать двенадцать тринадцать четырнадцать пятнадцать шестнадцать семнадцать "
+                       "восемнадцать девятнадцать".split(), range(10, 20))),
+            **dict(zip("двадцать тридцать сорок пятьдесят шестьдесят семьдесят восемьдесят девяносто".split(),
+                       range(20, 100, 10))),
+            **dict(zip("сто двести триста четыреста пятьсот шестьсот семьсот восемьсот девятьсот".split(),
+                       range(100, 1000, 100)))}
+
+
+def _russian_number(words: str) -> int:
+    """The number Russian cardinal words spell ("восемьдесят" -> 80, "сто двадцать пять" -> 125, "две тысячи
+    триста" -> 2300): each group of hundreds, tens and units in falling order, times a thousand before
+    "тысяча"/"тысячи"/"тысяч". Raises ValueError for anything else, as text2num does."""
+    total, group, last = 0, 0, 1000
+    for word in words.lower().split():
+        if word in ("тысяча", "тысячи", "тысяч"):
+            if total:
+                raise ValueError(words)
+            total, group, last = (group or 1) * 1000, 0, 1000
+            continue
+        value = _RUSSIAN.get(word)
+        if value is None:
+            raise ValueError(words)
+        size = 100 if value >= 100 else 10 if value >= 10 else 1
+        if size >= last or (size == 1 and group % 10) or (size == 10 and group % 100):
+            raise ValueError(words)  # "двадцать тридцать", "пять шесть": no number
+        group, last = group + value, size if value >= 20 or value < 10 else 1
+    return total + group
+
+
 def _foreign_digits(text: str, lang: str) -> str:
     """``text`` with each longest run of words that text2num reads as a cardinal number in ``lang``
     replaced by its digits ("quatre-vingt-dix km/h" -> "90 km/h", "treinta y dos" -> "32"); a lone word
@@ -162,7 +194,8 @@ def _foreign_digits(text: str, lang: str) -> str:
             if j > i and text[words[j - 1].end():words[j].start()].strip(" \t"):
                 break  # a run has only spaces between its words
             try:
-                longest = (j, text2num(text[words[i].start():words[j].end()], lang))
+                run = text[words[i].start():words[j].end()]
+                longest = (j, _russian_number(run) if lang == "ru" else text2num(run, lang))
             except ValueError:
                 if j == i:
                     break  # "vingt et" is no number, "vingt et un" is: only a first word that fails ends the run
@@ -206,7 +239,8 @@ def digits_for_words(text: str, lang: str | None = None) -> str:
     comparative after it ("she needs one more dollar"), and
     so does a number that picks items out ("the first two terms", "the other three"); dollars and cents
     are one amount ("five dollars and forty cents" -> "5.40 dollars"). Numbers of another language are read
-    in ``lang`` (``"fr"``, ...), else in the language the text shows (:func:`language_of`)."""
+    in ``lang`` (``"fr"``, ...), else in the language the text shows (:func:`language_of`; Russian by its
+    script, read by :func:`_russian_number`: text2num has no Russian)."""
     def replace(m: re.Match) -> str:
         value = spelled_number(m.group(0))
         before = m.string[:m.start()]
@@ -221,7 +255,7 @@ def digits_for_words(text: str, lang: str | None = None) -> str:
 
     text = _FRACTION.sub(fraction, text)
     text = NUMBER_RUN.sub(replace, text)
-    lang = lang or language_of(text)
+    lang = lang or language_of(text) or ("ru" if re.search(r"[а-яё]{3}", text, re.IGNORECASE) else None)
     if lang:  # a sentence in another language: its numbers, compounds too ("vingt et un", "dreiundzwanzig")
         text = _foreign_digits(text, lang)
     else:  # no language shown: only the one-word numbers that no language reads otherwise
