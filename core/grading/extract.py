@@ -1813,8 +1813,8 @@ _FINAL_ASIDE = re.compile(r"[ \t]*\((?=[^()\n]*[^\W\d_]{2})[^()\n]*\)[ \t]*(?=[.
 
 # a quantity derived from the value after it: "$9.00, which works out to $4.50 per week", "450 small jelly beans
 # — that's six times the 75 large ones", "$450, which is 18% of her $2,500 in sales"
-_DERIVED = re.compile(r"[ \t]*(?:,|—|–|;|[ \t]-)[ \t]*(?:which|that|this|it)(?:['’]s|[ \t]+(?:is|works[ \t]+out[ \t]+to|comes[ \t]+"
-                      r"(?:out[ \t]+)?to|means|makes))[ \t]+(?:an[ \t]+average[ \t]+of[ \t]+)?(?:about[ \t]+|roughly[ \t]+|exactly[ \t]+|just[ \t]+(?:over|under)[ \t]+)?"
+_DERIVED = re.compile(r"[ \t]*(?:,|—|–|;|[ \t]-)[ \t]*(?:(?:which|that|this|it)(?:['’]s|[ \t]+(?:is|works[ \t]+out[ \t]+to|comes[ \t]+"
+                      r"(?:out[ \t]+)?to|means|makes))[ \t]+|(?=(?:about|roughly|approximately|around)[ \t]))(?:an[ \t]+average[ \t]+of[ \t]+)?(?:about[ \t]+|roughly[ \t]+|exactly[ \t]+|just[ \t]+(?:over|under)[ \t]+)?"
                       r"\\?\$?(?P<value>\d[\d,]*(?:\.\d+)?|[a-z]+)[ \t]*(?P<kind>%|percent\b|times\b|"
                       r"(?:[A-Za-z]+[ \t]+)?(?:per[ \t]+[a-z]+|(?:a|an|each)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student))\b)[^\n]*$",
                       re.IGNORECASE)
@@ -2043,8 +2043,8 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
                     if later:
                         return later[-1]
                 return ans
-            if ans and how == _WORDS and subject and re.match(r"[-−]?\d", subject):
-                return subject  # the number is the subject: "30 units are unoccupied."
+            if ans and how == _WORDS and subject and re.match(r"(?:\\?\$[ \t]*)?[-−]?\d", subject):
+                return subject  # the number is the subject: "30 units are unoccupied.", "So $15 is left."
             if ans and how == _WORDS and sentence is sentences[-1] and ans.strip(" .!").lower() not in _PRONOUNS and \
                     len(re.sub(r"^(?:a|an|the)\s+", "", ans, flags=re.IGNORECASE).split()) <= 2:
                 return ans  # a named answer closing the solution: "... is Evelyn."
