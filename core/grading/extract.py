@@ -564,6 +564,17 @@ _BRACKETED_CHECK = re.compile(r"[ \t]*\((?:quick[ \t]+)?(?:check(?:ing)?|verif(?
                               re.IGNORECASE)
 
 
+def _groups_by_dots(text: str) -> bool:
+    """Whether a text not written in English groups thousands by dots: it has letters of another script or
+    accents ("Còn lại", "öder") or a decimal comma ("1000 × 1,5"), every dotted number has groups of three
+    digits, and two of them do ("250.000 ... 40.000") or one does beside a decimal comma."""
+    dotted = re.findall(r"(?<![\d.,])\d+(?:\.\d+)+(?![\d.,]*\d)", text)
+    grouped = [d for d in dotted if _DOT_THOUSANDS.fullmatch(d)]
+    comma = re.search(r"(?<![\d.,])\d+,\d{1,2}(?![\d,])", text)
+    foreign = any(ch.isalpha() and ord(ch) > 127 for ch in text)
+    return bool(grouped) and len(grouped) == len(dotted) and (foreign or comma) and (len(set(grouped)) >= 2 or comma)
+
+
 def _european_numbers(text: str) -> str:
     """Numbers in the continental form as plain ones: ``1.248,00`` / ``1 100,00`` -> ``1248.00`` /
     ``1100.00`` (thousands grouped, a decimal comma: never English), ``140,00 $`` -> ``140.00 $`` (two
@@ -571,7 +582,8 @@ def _european_numbers(text: str) -> str:
     ``1128`` (a dot groups thousands there; :func:`core.grading.number_words.language_of`)."""
     text = _GROUPED_DECIMAL.sub(lambda m: re.sub(r"[. \u202f]", "", m.group(0)).replace(",", "."), text)
     text = _MONEY_DECIMAL.sub(lambda m: ".".join(g for g in m.groups() if g is not None), text)
-    if re.search(r"\d\.\d{3}(?!\d)", text) and (language_of(text) in ("es", "pt", "de", "it") or _DOT_GROUPING.search(text)):
+    if re.search(r"\d\.\d{3}(?!\d)", text) and (language_of(text) in ("es", "pt", "de", "it") or _DOT_GROUPING.search(text)
+                                               or _groups_by_dots(text)):
         text = _DOT_THOUSANDS.sub(lambda m: m.group(0).replace(".", ""), text)
     return text
 
