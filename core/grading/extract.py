@@ -1069,7 +1069,7 @@ def _without_per_one(text: str, problem: str | None) -> str:
 
     def drop(m: re.Match) -> str:
         word = _COUNTER_WORDS[m.group("counter")]
-        long = r"|\bhow[ \t]+long\b" if word not in ("(?:person|people)",) else ""
+        long = r"|\bhow[ \t]+long\b" if word != "(?:person|people)" else ""  # a time unit only
         asks = re.search(rf"\bhow[ \t]+many[ \t]+(?:\w+[ \t]+)?{word}s?\b|\bin[ \t]+{word}s\b{long}", question)
         return m.group(0) if asks or m.group("counter") in question else ""
     return _PER_ONE.sub(drop, text)
@@ -1661,7 +1661,7 @@ def _cjk_value(sentence: str) -> str | None:
     if not _CJK.search(sentence):
         return None
     # an aside in brackets states nothing: "5（最初は 6 になりましたが、間違いでした）"
-    sentence = re.sub(r"[（(][^（）()]*[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af][^（）()]*[）)]", " ", sentence)
+    sentence = re.sub(rf"[（(][^（）()]*{_CJK.pattern}[^（）()]*[）)]", " ", sentence)
     states = _outside_math(sentence, _CJK_STATES)
     if not states:
         return None
@@ -1867,7 +1867,7 @@ def _statement(sentence: str, asked: str | None = None, question: str = "") -> s
     reason ("is 0, because $54 = 6 \\times 9$"), its value again in another unit ("18 dollars, which is
     1800 cents": :func:`_without_conversion`, ``asked`` the unit key the question asks for) or a quantity
     derived from it (", which is 18% of her sales": :func:`_without_derived`, ``question`` the question lowercased)."""
-    plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(_without_where_attained(sentence.replace("**", "")))))
+    plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
     plain = _COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(_without_conversion(_without_derived(plain, question), asked))))
     check = _CHECK_CLAUSE.search(plain)
     if check and re.search(r"[-+*/×·^]", check.group("left")) and \
@@ -1982,7 +1982,8 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         if sentence.rstrip("*_ ").endswith("?"):
             continue
         # asides first: a ";" inside brackets ends no clause ("20 cm long (yellow 12 cm, blue 5 cm; check: ...)")
-        plain = _statement(_main_clause(_without_where_attained(digits_for_words(sentence))), unit, question)
+        whole = _without_where_attained(digits_for_words(sentence))
+        plain = _statement(_main_clause(whole), unit, question)
         stated_cjk = _cjk_value(plain)
         if stated_cjk:  # "所以 196 共有 9 个正因数。": the value after its last stating word
             return stated_cjk
@@ -1999,7 +2000,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         if hedge:  # "either $125 (jewelry) or $96", "could be 30 dragons or 130 dragons": two answers, none
             first, second = [g for g in hedge.groups() if g is not None]
             return f"{first}, {second}"
-        keyed = _keyed_number(_statement(digits_for_words(sentence), unit, question), problem)
+        keyed = _keyed_number(_statement(whole, unit, question), problem) if problem else None
         if keyed:  # "Scores: Naomi 68, Yuri 44, Brianna 85, and Jojo 54." for "How many points did Jojo score?"
             return keyed
         states = _outside_math(plain, _STATES)
