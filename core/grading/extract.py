@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
+from .forms import repeating_value
 from .hedges import alternative_after, answer_sentence, conflicting, plain_value, undecided_values
 from .intervals import as_difference
 from .number_words import chinese_digits, digits_for_words, language_of, spelled_number
@@ -1007,9 +1008,7 @@ def _repeating_ellipsis(m: re.Match) -> str:
     ``0.1666...`` -> ``1/6``; a run of fewer than three repeated digits ("2.33...") is left alone."""
     if len(m.group(2)) + len(m.group(3)) < 3:
         return m.group(0)
-    whole, fixed = m.group(1).split(".")
-    period = m.group(2)
-    value = Fraction(int((whole or "0") + fixed + period) - int((whole or "0") + fixed), 10 ** len(fixed) * (10 ** len(period) - 1))
+    value = repeating_value(*m.group(1).split("."), m.group(2))
     return f"{value.numerator}/{value.denominator}" if value.denominator != 1 else str(value.numerator)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base", "rows_as_matrix", "scaled_identity", "transposed_row"]
+__all__ = ["choice_letter", "column_as_tuple", "exact_forms", "in_base", "repeating_value", "rows_as_matrix", "scaled_identity", "transposed_row"]
 
 # a column vector is the tuple of its entries: \begin{pmatrix} -18 \\ -49 \\ 96 \end{pmatrix} = (-18, -49, 96)
 _MATRIX = re.compile(r"^\\begin\{([pb])matrix\}(.*)\\end\{\1matrix\}$", re.S)
@@ -90,10 +90,16 @@ _MIXED = re.compile(r"(?<![\d./])(\d+)\s+(\d+)/(\d+)(?![\d/])")
 _REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|dot)\s*\{?(\d+)\}?")
 
 
+def repeating_value(whole: str, fixed: str, period: str) -> Fraction:
+    """The value of the decimal ``whole.fixed`` followed by ``period`` repeated forever (digit strings; ``whole``
+    may be empty): ``("1", "", "3")`` -> 4/3, ``("0", "1", "6")`` -> 1/6."""
+    whole = whole or "0"
+    return Fraction(int(whole + fixed + period) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(period) - 1))
+
+
 def _repeating_fraction(m: re.Match) -> str:
     """A repeating decimal as the fraction it is: ``1.\\overline{3}`` -> ``\\frac{4}{3}``."""
-    whole, fixed, period = m.group(1) or "0", m.group(2), m.group(3)
-    value = Fraction(int(whole + fixed + period) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(period) - 1))
+    value = repeating_value(m.group(1), m.group(2), m.group(3))
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}" if value.denominator != 1 else str(value.numerator)
 
 
