@@ -126,7 +126,15 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # "or" and "or about" in more languages, "5 or 6 days" (a unit shared), 16万8000, 需要 8 美元, conclusions and
          # reasons in other languages ("vậy", "vì"), a ";" inside an aside, "an average of about", "(= 12 hours)",
          # "**6** values", an aside with math, ", attained at", "can't pin down", "once", a loop of answer sentences cut off
-         "hedges-locales-asides"}
+         "hedges-locales-asides",
+         # numbers in words read in the solution's own language where its last sentence shows none (Vietnamese,
+         # Indonesian, Arabic, Korean by num2words' spellings; Chinese numerals in prose; "Resposta: um."),
+         # 4만 달러, "đô la" as dollars, a lone numeral that counts the subject (三个人, "Hai người"), "năm" (year)
+         "number-words-scripts",
+         # a remark after the answer in its paragraph ("The sweet potatoes bring in the most ($20).", "would have
+         # cost"), a recap paragraph after a bold answer, ", which is $10 more than", a check in brackets
+         # ("(4 × 14 = 56)"), a number the question gives
+         "remarks-recaps"}
 
 
 def _rows() -> list[dict]:
@@ -242,6 +250,48 @@ def test_russian_number_words(text, expected):
     from core.grading.number_words import digits_for_words
 
     assert digits_for_words(text) == expected
+
+
+@pytest.mark.parametrize("words, lang, value", [
+    ("ba mươi hai", "vi", 32), ("bốn mươi nghìn năm trăm", "vi", 40500), ("một trăm linh năm", "vi", 105),
+    ("tiga puluh delapan", "id", 38), ("on yedi", "tr", 17), ("kırk bin beş yüz", "tr", 40500),
+    ("dwadzieścia jeden", "pl", 21), ("ثمانية عشر", "ar", 18), ("تسعة وسبعون", "ar", 79), ("열일곱", "ko", 17),
+    ("스물다섯", "ko", 25), ("사십", "ko", 40), ("cincuenta y ocho", "es", 58), ("двадцать один", "ru", 21),
+    ("negenentachtig", "nl", 89),
+])
+def test_cardinal_words(words, lang, value):
+    from core.grading.number_words import cardinal
+
+    assert cardinal(words, lang) == value
+
+
+@pytest.mark.parametrize("words, lang", [
+    ("hai mươi năm", "vi"),  # 20 years: 25 is "hai mươi lăm"
+    ("사과", "ko"), ("이", "ko"),  # one syllable is no number (이 is "this")
+    ("dua ratus kucing", "id"), ("दो", "hi"),  # Hindi has no reader
+])
+def test_cardinal_refuses(words, lang):
+    from core.grading.number_words import cardinal
+
+    with pytest.raises(ValueError):
+        cardinal(words, lang)
+
+
+@pytest.mark.parametrize("text, lang, expected", [
+    ("La parte de Betsy duró cincuenta y ocho minutos, y el resto es de Donovan.", "es",
+     "La parte de Betsy duró 58 minutos, y el resto es de Donovan."),
+    ("Năm nay anh ấy đọc ba mươi sáu cuốn sách.", "vi", "Năm nay anh ấy đọc 36 cuốn sách."),
+    ("답은 열일곱이다. 사과 12개", "ko", "답은 17이다. 사과 12개"),
+    ("所以三个人一共进了一百七十五个球。", "zh", "所以三个人一共进了175个球。"),
+    ("Total yang dibayar: tiga puluh delapan dolar.", "id", "Total yang dibayar: 38 dolar."),
+    ("So the answer is twenty-one.", None, "So the answer is twenty-one."),  # English: the sentence readers' job
+    ("La respuesta es tres: $\\frac{6}{2}$.", "es", "La respuesta es tres: $\\frac{6}{2}$."),  # a line of LaTeX stays
+])
+def test_digits_in_document(text, lang, expected):
+    from core.grading.number_words import digits_in_document, document_language
+
+    assert document_language(text) == lang
+    assert digits_in_document(text, lang) == expected
 
 
 @pytest.mark.parametrize("text, expected", [

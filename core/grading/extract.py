@@ -21,7 +21,8 @@ from fractions import Fraction
 from .forms import repeating_value
 from .hedges import alternative_after, answer_sentence, conflicting, plain_value, undecided_values
 from .intervals import as_difference
-from .number_words import chinese_digits, digits_for_words, language_of, spelled_number
+from .number_words import (cardinal, chinese_digits, digits_for_words, digits_in_document, document_language, language_of,
+                           spelled_number)
 from .question import counted_noun, counts, question_of, question_words, stem
 from .units import DIMENSIONS, asked_unit, english_units, measure_after, unit_key
 
@@ -907,7 +908,8 @@ def extract_answer(text: str, problem: str | None = None) -> str | None:
         Nothing.
     """
     ans, solution = _extract(text, problem)
-    return _with_stated_unit(_in_digits(english_units(ans) if ans else ans), solution)
+    lang = document_language(normalise_unicode(text)) if text else None
+    return _with_stated_unit(_in_digits(english_units(ans) if ans else ans, lang), solution)
 
 
 def _with_stated_unit(ans: str | None, solution: str) -> str | None:
@@ -931,13 +933,26 @@ _SPELLED_ANSWER = re.compile(r"(?:(?:a|an|the|exactly|only)[ \t]+)?(?P<number>[A
                              r"(?:[ \t]+[A-Za-z]+){0,2}[ \t]*[.!]?")
 
 
-def _in_digits(ans: str | None) -> str | None:
+_WORDS_OF_ANSWER = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
+
+
+def _in_digits(ans: str | None, lang: str | None = None) -> str | None:
     """An answer spelled in words as its digits ("Forty" -> ``40``, "three units" -> ``3``, "negative three"
-    and ``\\text{negative three}`` -> ``-3``); others as given."""
+    and ``\\text{negative three}`` -> ``-3``); in the solution's language ``lang`` too, one included
+    ("Resposta: um." -> ``1``, "una hora" -> ``1``, :func:`core.grading.number_words.cardinal`); others as
+    given."""
     text = re.fullmatch(r"\\(?:text|textbf|textrm|mathrm)\{([^{}\\$]*)\}", ans.strip()) if ans else None
     if text:  # a box of words: \boxed{\text{negative three}}
-        inner = _in_digits(text.group(1))
+        inner = _in_digits(text.group(1), lang)
         return inner if inner != text.group(1) else ans
+    if ans and lang not in (None, "en") and not re.search(r"[\d$\\{}=]", ans):
+        words = _WORDS_OF_ANSWER.findall(ans)
+        for cut in range(min(len(words), 8), 0, -1):  # a number of at most eight words, a unit of at most two
+            try:
+                if len(words) - cut <= 2:
+                    return str(cardinal(" ".join(words[:cut]), lang))
+            except ValueError:
+                continue
     if not ans or re.search(r"[\d$\\{}=]", ans):
         return ans
     sign = re.match(r"[ \t]*(?:negative|minus)[ \t]+(?=[A-Za-z])", ans, re.IGNORECASE)
@@ -1038,15 +1053,16 @@ def _with_base(m: re.Match) -> str:
     return f"In base {base} it is {m.group('digits')}_{{{base}}}"
 
 
-# ten thousands and hundred millions in Chinese and Japanese digits: "16万8000" (168000), "33万" (330000), "1.5亿"
-_MYRIADS = re.compile(r"(?<![\d.,])(\d+(?:\.\d+)?)[ \t]*(万|萬|亿|億)(?:[ \t]*(\d{1,4})(?![\d.,]))?")
+# ten thousands and hundred millions in Chinese, Japanese and Korean digits: "16万8000" (168000), "33万" (330000),
+# "1.5亿", "4만" (40000)
+_MYRIADS = re.compile(r"(?<![\d.,])(\d+(?:\.\d+)?)[ \t]*(万|萬|만|亿|億|억)(?:[ \t]*(\d{1,4})(?![\d.,]))?")
 
 
 def _in_myriads(m: re.Match) -> str:
     """A number written with 万 (10^4) or 亿/億 (10^8) as its digits: ``16万8000`` -> ``168000``."""
-    if re.match(r"[ \t]*\d+[ \t]*[千百十]", m.string[m.end(2):]):
-        return m.group(0)  # "3万5千": Chinese numerals after it, not digits
-    scale = 10 ** 4 if m.group(2) in "万萬" else 10 ** 8
+    if re.match(r"[ \t]*\d+[ \t]*[千百十천백십]", m.string[m.end(2):]):
+        return m.group(0)  # "3万5千", "3만 5천": numerals after it, not digits
+    scale = 10 ** 4 if m.group(2) in "万萬만" else 10 ** 8
     value = Decimal(m.group(1)) * scale + int(m.group(3) or 0)
     return format(value.normalize(), "f") if value == value.to_integral_value() else str(value)
 
@@ -1078,7 +1094,9 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     """``(answer, the solution it was read from)``: see :func:`extract_answer`."""
     if not text:
         return None, ""
-    text = _REPEATING_ELLIPSIS.sub(_repeating_ellipsis, _LATEX_THOUSANDS.sub(",", normalise_unicode(text)))
+    text = normalise_unicode(text)
+    text = digits_in_document(text, document_language(text))  # "cincuenta y ocho minutos", "열일곱", "三百一十条"
+    text = _REPEATING_ELLIPSIS.sub(_repeating_ellipsis, _LATEX_THOUSANDS.sub(",", text))
     text = _PLAIN_DIFFERENCE.sub(_as_pieces, text)  # "(0, 36) \ {9}": (0,9) ∪ (9,36)
     text = _MYRIADS.sub(_in_myriads, text)  # "16万8000ドル": 168000
     text = _BASE_LABEL.sub(_with_base, text)  # "In base eight: 2516": 2516_{8}
@@ -1749,10 +1767,17 @@ _ADDED_PARAGRAPH = re.compile(r"(?<=\n)[ \t]*\n[ \t#*_>\-\u2600-\u27bf\U0001F300
                               r"going[ \t]+further|try[ \t]+this)[ \t*_]*[:：]", re.IGNORECASE)
 
 
+# a last paragraph that lists the answer's parts again: "Breakdown: May $96,000 · June $72,000."
+_RECAP = re.compile(r"(?<=\n)[ \t]*\n[ \t#*_>\-]*(?:breakdown(?:[ \t]+recap)?|recap|summary|in[ \t]+detail)[ \t*_]*[:：]",
+                    re.IGNORECASE)
+
+
 def _without_checks(text: str) -> str:
     """``text`` up to a horizontal rule or a check heading ("**Verification:**") that follows a number, or up
     to a last paragraph labelled as a check or an addition ("Sanity check: ...", "Extension: ...", "💡 Tip: ..."):
-    what comes after only checks the answer or adds to it. A rule over a column sum's total is no rule."""
+    what comes after only checks the answer or adds to it; nor a last paragraph that lists the parts of an
+    answer the paragraph before gives in bold ("Breakdown: ..."), stating nothing of its own (no "=", "is",
+    "total", no correction). A rule over a column sum's total is no rule."""
     rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])
              and not re.match(r"\s*\n[ \t]*[-−]?[\d.,]+[ \t]*(?:\n|$)", text[m.end():])]
     if rules:
@@ -1760,7 +1785,15 @@ def _without_checks(text: str) -> str:
     # a labelled check or addition closes the text only as its last paragraph: one before the answer's is work
     added = [m for m in _ADDED_PARAGRAPH.finditer(text) if not re.search(r"\n[ \t]*\n[ \t]*\S", text[m.end():])]
     checks = [m for m in [*_CHECK_HEADING.finditer(text), *added] if re.search(r"\d", text[:m.start()])]
-    return text[:min(m.start() for m in checks)] if checks else text
+    text = text[:min(m.start() for m in checks)] if checks else text
+    recap = _RECAP.search(text)
+    if recap and not re.search(r"\n[ \t]*\n[ \t]*\S", text[recap.end():]) and \
+            not re.search(r"[=≈→⇒]|\b(?:is|are|was|were|equals?|so|thus|total)\b", text[recap.end():], re.IGNORECASE) and \
+            not _CORRECTION.search(text[recap.end():]) and \
+            re.search(r"\*\*[^*\n]*\d[^*\n]*\*\*[^\n]*\s*$", text[:recap.start()]):
+        # "... = **50 dumplings**.\n\nBreakdown recap: 32 for the guys, 18 for the women": the answer's parts again
+        text = text[:recap.start()]
+    return text
 
 
 def _last_line_answer(last: str) -> str | None:
@@ -1779,9 +1812,13 @@ def _last_line_answer(last: str) -> str | None:
 
 
 # a comparison after the answer: ", which is less than a week (7 days)", ", which is more than the 40 she has"
-_COMPARED = re.compile(r",?[ \t]+(?:which|that)[ \t]+(?:is|are|was|were)[ \t]+(?:\w+[ \t]+)?(?:less|more|greater|fewer|"
+# (", which is $10 more than Ethel", unless the question asks for such a difference)
+_COMPARED = re.compile(r",?[ \t]+(?:which|that)[ \t]+(?:is|are|was|were)[ \t]+(?:(?:\\?\$)?[\w.,]+[ \t]+(?:\w+[ \t]+)?)?(?:less|more|greater|fewer|"
                        r"smaller|larger|bigger|shorter|longer|higher|lower|cheaper|faster|slower)[ \t]+than\b.*$",
                        re.IGNORECASE | re.S)
+# a question that asks for a difference: "How much more money ...", "how many fewer", "... than Ethel?"
+_ASKS_DIFFERENCE = re.compile(r"\b(?:more|less|fewer|longer|shorter|older|younger|taller|heavier|cheaper|than|difference)\b",
+                              re.IGNORECASE)
 # a relative clause after the answer that only says it is the answer: ", which is how many Bobby has"
 _RESTATED = re.compile(r",?[ \t]+which[ \t]+is[ \t]+(?:how[ \t]+many|how[ \t]+much|what|exactly[ \t]+what|the[ \t]+"
                        r"(?:answer|number|result|total|value|amount)\b)[^.\d:=$]*\.?\s*$", re.IGNORECASE)
@@ -1820,6 +1857,8 @@ _WHERE_ATTAINED = re.compile(r"[ \t]*\((?:attained|achieved|reached|obtained|occ
 
 # words in brackets closing a sentence: "(that's 240 inches per minute).", "(a quarter, 0.25 of the whole)"
 _FINAL_ASIDE = re.compile(r"[ \t]*\((?=[^()\n]*[^\W\d_]{2})[^()\n]*\)[ \t]*(?=[.!]?[ \t]*$)")
+# a computation in brackets closing a sentence, that multiplies out a number stated before it: "(4 × 14 = 56)"
+_CHECK_ASIDE = re.compile(r"[ \t]*\((?P<left>[^()=\n]*\d[ \t]*[×x*·+\-−/÷][ \t]*\d[^()=\n]*)=[^()=\n]*\)[ \t]*(?=[.!]?[ \t]*$)")
 
 
 # a quantity derived from the value after it: "$9.00, which works out to $4.50 per week", "450 small jelly beans
@@ -1857,6 +1896,10 @@ def _without_where_attained(plain: str) -> str:
     m = _FINAL_ASIDE.search(plain)
     if m and re.search(r"\d", plain[:m.start()]):
         return plain[:m.start()] + plain[m.end():]
+    m = _CHECK_ASIDE.search(plain)
+    if m and any(re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d.,]*\d)", plain[:m.start()])
+                 for n in re.findall(r"\d+(?:\.\d+)?", m.group("left"))):
+        return plain[:m.start()] + plain[m.end():]  # "14 slices, with 0 left over (4 × 14 = 56).": a check of 14
     return plain
 
 
@@ -1867,7 +1910,10 @@ def _statement(sentence: str, asked: str | None = None, question: str = "") -> s
     1800 cents": :func:`_without_conversion`, ``asked`` the unit key the question asks for) or a quantity
     derived from it (", which is 18% of her sales": :func:`_without_derived`, ``question`` the question lowercased)."""
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
-    plain = _COMPARED.sub("", _RESTATED.sub("", _restated_explicitly(_without_conversion(_without_derived(plain, question), asked))))
+    plain = _RESTATED.sub("", _restated_explicitly(_without_conversion(_without_derived(plain, question), asked)))
+    compared = _COMPARED.search(plain)
+    if compared and not (re.search(r"\d", compared.group(0).split("than")[0]) and _ASKS_DIFFERENCE.search(question)):
+        plain = plain[:compared.start()]
     check = _CHECK_CLAUSE.search(plain)
     if check and re.search(r"[-+*/×·^]", check.group("left")) and \
             not re.search(r"\\Rightarrow|\\implies|⇒|⟹", plain[check.end():]) and \
@@ -1906,6 +1952,42 @@ def _count_of_named(plain: str, states: list, segments: list) -> str | None:
     return _with_unit(m.group(1), plain, m.start(1)) if m else None
 # bold that closes a sentence (the answer a model marks): "she faces **east**.", "would cost **$18.90**."
 _BOLD_CLOSE = re.compile(r"(?:(?<=\s)|^)\*\*([^*\n]+?)\*\*(?:[ \t]+[A-Za-z]+){0,2}[ \t]*[.!]?[ \t]*$")  # "— **6** values."
+
+
+# what makes a sentence after a stated value more than a remark on it: a conclusion, a correction, a hedge, a total,
+# a verb that states a value
+_NOT_REMARK = re.compile(r"\b(?:so|thus|therefore|hence|then|wait|actually|but|however|instead|mistake|correct\w*|oops|sorry|"
+                         r"hmm|answer|final\w*|(?<!\d )total|in[ \t]+all|altogether|overall|combined|mean(?:s|ing)|making|gives?|"
+                         r"giving|or|maybe|perhaps|might|could|probably|approximately|about|redo|recheck\w*|recalculat\w*|is|are|was|were|"
+                         r"be|equals?)\b"
+                         r"|[=→⇒]", re.IGNORECASE)
+_CORRECTION = re.compile(r"\b(?:wait|actually|but|however|instead|mistake|correct\w*|oops|sorry|hmm|or|redo|recalculat\w*)\b",
+                         re.IGNORECASE)
+
+
+def _remark(last: str, previous: str, problem: str | None) -> bool:
+    """Whether ``last``, the sentence after ``previous`` in one paragraph, only remarks on the value ``previous``
+    states: it names none of what the question asks while ``previous`` restates the question ("Jen will earn
+    $34.00 if she sells everything. The sweet potatoes bring in the most ($20)." for "If she sells everything,
+    how much will she earn?": at least two of the question's words, :func:`core.grading.question.question_words`,
+    and more than ``last`` holds); or it says what would have been ("Bentley paid $11,050. Before the increase,
+    the same 170 balloons would have cost only $7,650."). Never where ``last`` is in bold, or concludes,
+    corrects, hedges, totals or states ("so", "wait", "or", "in all", "=", "is"): a value stated after another
+    is the answer as a rule."""
+    if not problem or not re.search(r"\d", previous) or not re.search(r"\d", last) or \
+            re.search(r"\b(?:wait|actually|mistake|correct\w*|oops|sorry|instead|redo|recalculat\w*)\b", last, re.IGNORECASE):
+        return False
+    if re.search(r"\bwould(?:n't|[ \t]+not)?(?:[ \t]+only)?[ \t]+have\b|\bwould've\b", last, re.IGNORECASE) and \
+            not re.search(r"\bwould\b", question_of(problem), re.IGNORECASE):
+        return True
+    if _CORRECTION.search(last) or _NOT_REMARK.search(last) or "**" in last:
+        return False
+    words = question_words(problem)
+
+    def overlap(sentence: str) -> int:
+        found = {stem(w) for w in re.findall(r"[A-Za-z]+", sentence)}
+        return sum(any(w == q or (len(q) >= 4 and w[:4] == q[:4]) for w in found) for q in words)
+    return overlap(previous) >= 2 and overlap(last) < overlap(previous)
 
 
 def closing_answer(text: str, problem: str | None = None) -> str | None:
@@ -1961,6 +2043,10 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             return value
     sentences = [s for s in _sentences(_without_checks(text))
                  if not _CHECK.match(s) and not _FOOTER.match(s) and not _is_aside(s)]
+    paragraph = _BLANK_LINE.split(text.rstrip())[-1]
+    while len(sentences) >= 2 and sentences[-2] in paragraph and document_language(paragraph) is None and \
+            _remark(sentences[-1], sentences[-2], problem):  # the question's words are English words
+        sentences.pop()  # "Jen will earn $34.00. The sweet potatoes bring in the most ($20).": the answer, a remark
     alone = _last_line_answer(sentences[-1]) if sentences else None
     if alone:
         return alone
@@ -2084,10 +2170,14 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         # the problem's own number before its rounding: "57/160 ≈ 0.356" for "Convert 57/160 to a decimal"
         found = [f for f in found if not (_in_problem(f[1], problem) and
                                           re.match(r"[ \t]*(?:≈|\\approx|~)[ \t]*\S", clause[f[0] + len(f[1]):]))] or found
+        money = not unit and problem and _ASKS_MONEY.search(question_of(problem))
         counted = [(start, expr) for start, expr, _ in found
                    if (noun and counts(clause[start + len(expr):], noun))
-                   or (unit and unit_key(measure_after(clause[start + len(expr):]) or "") == unit)]
-        if counted:  # the (last) number of what the question counts: "4 boxes hold 24 eggs" -> 24
+                   or (unit and unit_key(measure_after(clause[start + len(expr):]) or "") == unit)
+                   or (money and (expr.startswith(("$", "\\$"))
+                                  or unit_key(measure_after(clause[start + len(expr):]) or "") == "dollar"))]
+        if counted:  # the (last) number of what the question counts: "4 boxes hold 24 eggs" -> 24; the money
+            # a question asks for: "2 người nhận tổng cộng 1520 đô la" ("the 2 of them get 1520 dollars") -> 1520
             start, expr = counted[-1]
             return _with_unit(expr, clause, start)
         if found:
@@ -2141,7 +2231,11 @@ def _keyed_number(plain: str, problem: str | None) -> str | None:
         chosen = money[0] if len(money) == 1 else None
     else:
         scores = []
+        given = set(re.findall(r"\d+(?:\.\d+)?", drop_thousands_separators(question_of(problem))))
         for k, m in enumerate(numbers):
+            if drop_thousands_separators(m.group(2)) in given:
+                scores.append(-1)  # "in the remaining 24 liters" for "How much water is in the remaining 24 liters?"
+                continue
             before = plain[numbers[k - 1].end() if k else 0:m.start()]
             before = re.split(r"[,;:—–(]|\b(?:and|or)\b", before)[-1]  # what came before belongs to the last number
             label = [w for w in re.findall(r"[A-Za-z][A-Za-z'-]*", before) if w.lower() not in _UNWEIGHED]

@@ -11,6 +11,7 @@ quarter": words a grader must not read as numbers).
 
 from __future__ import annotations
 
+import functools
 import re
 
 from text_to_num import text2num
@@ -121,22 +122,32 @@ _STOPWORDS = {
     "fr": set("le la les est et des du une pour avec sont dans il elle qui au aux donc chaque réponse font coûte "
               "coûtent reste total".split()),
     "es": set("el los las es y por para una del con cada son hay cuesta cuestan respuesta entonces quedan".split()),
-    "pt": set("o os é do da dos das um uma com não são cada resposta então custa custam ficam".split()),
+    "pt": set("o os é do da dos das um uma com não são cada resposta então custa custam ficam tem têm em ao pelo pela".split()),
     "de": set("der das und ist sind ein eine mit für von dem im jede jeder kostet kosten antwort insgesamt "
-              "bleiben wir sie nicht auch gibt".split()),
+              "bleiben wir sie nicht auch gibt hat zu auf nach bei wird".split()),
     "it": set("il lo gli è di della sono che ogni costa costano risposta quindi rimangono".split()),
+    "nl": set("het een en van zijn voor op niet elke kost kosten antwoord dus totaal blijven er".split()),
+    "pl": set("jest się że na w z do nie każdy kosztuje odpowiedź więc razem zostaje łącznie".split()),
+    "tr": set("ve bir bu için ile olarak cevap yani toplam her kaç kalır eder".split()),
+    "id": set("dan yang adalah dari untuk dengan ini itu jadi jawaban setiap ada tidak maka jumlah dua tiga "
+              "empat".split()),
+    "vi": set("là của và có các cho được này với thì vậy mỗi người đáp tổng số còn".split()),
 }
-_ENGLISH = set("the is are and of to in so we that it this for with each then there has have was were".split())
-_ANSWER_WORDS = {"réponse", "respuesta", "resposta", "antwort", "risposta"}
-# a lone word that is also a common word of its language: "sei" (you are), "neuf" (new)
-_AMBIGUOUS = {"it": {"sei"}, "fr": {"neuf"}}
+# ("in" is no English word here: German, Dutch, Italian and Indonesian write it too)
+_ENGLISH = set("the is are and of to so we that it this for with each then there has have was were".split())
+_ANSWER_WORDS = {"réponse", "respuesta", "resposta", "antwort", "risposta", "antwoord", "odpowiedź", "cevap", "jawaban",
+                 "đáp"}
+# a lone word that is also a common word of its language: "sei" (you are), "neuf" (new), "năm" (year), "bin"
+# (get on)
+_AMBIGUOUS = {"it": {"sei"}, "fr": {"neuf"}, "vi": {"năm", "tư", "mốt", "lăm"}, "tr": {"bin"}}
 _WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")  # a word; a hyphenated compound is one
 
 
 def language_of(text: str) -> str | None:
     """The language ``text`` is written in, when its short words show one (two of them, or the word for
-    "answer"): ``"fr"``, ``"es"``, ``"pt"``, ``"de"`` or ``"it"``; None for English (as many English short
-    words), or where two languages score alike or too few words show one."""
+    "answer"): ``"fr"``, ``"es"``, ``"pt"``, ``"de"``, ``"it"``, ``"nl"``, ``"pl"``, ``"tr"``, ``"id"`` or
+    ``"vi"``; None for English (as many English short words), or where two languages score alike or too
+    few words show one."""
     # a letter beside math is a variable, not a word: "y^{2} = −5x + 44" has no Spanish "y"
     text = re.sub(r"(?<![^\W\d_])[^\W\d_](?=[ \t]?[=^+\-−*/(<>≤≥_²³⁴])|(?<=[=^+\-−*/(<>≤≥])[ \t]?[^\W\d_](?![^\W\d_])|"
                   r"(?<=\d)[^\W\d_](?![^\W\d_])", " ", text)  # "25y", "y +", "= y"
@@ -146,7 +157,8 @@ def language_of(text: str) -> str | None:
     best = max(scores.values())
     leaders = [lang for lang, score in scores.items() if score == best]
     english = sum(w in _ENGLISH for w in words)
-    return leaders[0] if best >= 2 and len(leaders) == 1 and best > english else None
+    # one such word is enough where no English word is there at all ("Total yang dibayar: tiga puluh ...")
+    return leaders[0] if (best >= 2 or not english) and best and len(leaders) == 1 and best > english else None
 
 
 # Russian cardinals in the nominative (and the feminine одна / две), by the part of a number each word is
@@ -181,6 +193,81 @@ def _russian_number(words: str) -> int:
     return total + group
 
 
+# the languages whose number words text2num reads; those of _NUM2WORDS_LANGUAGES are read back from how
+# num2words spells each number (neither library reads the other's: text2num has no Vietnamese, num2words
+# reads no words)
+_TEXT2NUM_LANGUAGES = {"en", "fr", "es", "pt", "de", "it", "nl"}
+_NUM2WORDS_LANGUAGES = {"vi", "id", "tr", "pl", "ar", "ko"}
+# Korean's native numbers to 99 (num2words spells the Sino-Korean ones only: 사십): tens, units, and the
+# forms they take before a counter ("열한 개", "스무 살")
+_KOREAN_TENS = dict(zip("열 스물 서른 마흔 쉰 예순 일흔 여든 아흔".split(), range(10, 100, 10)))
+_KOREAN_UNITS = dict(zip("하나 둘 셋 넷 다섯 여섯 일곱 여덟 아홉 한 두 세 네".split(), [*range(1, 10), 1, 2, 3, 4]))
+# Korean words that spell a number and mean something else as often: 이만 ("this much"), 이천 (a city)
+_KOREAN_WORDS = {"이만", "이천"}
+
+
+def _key(words: str) -> str:
+    """``words`` as a key of :func:`_spelled_table`: lower case, without spaces, hyphens and Arabic vowel marks
+    ("tujuh belas" and "tujuhbelas", "تسعة و سبعون" and "تسعة وسبعون" are one key)."""
+    return re.sub(r"[\s\-\u064b-\u0652]+", "", words.lower())
+
+
+@functools.lru_cache(maxsize=None)
+def _spelled_table(lang: str) -> dict[str, int]:
+    """Each whole number to 9 999, and each thousand to 999 000, keyed by how num2words spells it in
+    ``lang`` (:func:`_key`), for a language of ``_NUM2WORDS_LANGUAGES``: Vietnamese also with its other
+    words for a thousand and for "no tens" (ngàn, linh); Korean also with its native numbers, and without
+    one-syllable words (일 is also "day", 이 "this"). Built once per language, in about 0.1 s."""
+    from num2words import num2words  # only here: few texts are in these languages
+
+    table: dict[str, int] = {}
+    for n in [*range(10000), *range(10000, 1000000, 1000)]:
+        words = num2words(n, lang=lang)
+        table.setdefault(_key(words), n)
+        if lang == "vi":
+            table.setdefault(_key(words.replace("nghìn", "ngàn").replace("lẻ", "linh")), n)
+    if lang == "ko":
+        table.update(_KOREAN_TENS)
+        table.update({u: v for u, v in _KOREAN_UNITS.items() if u not in table})
+        table.update({t + u: tens + units for t, tens in _KOREAN_TENS.items() for u, units in _KOREAN_UNITS.items()})
+        table["스무"] = 20
+        table = {k: v for k, v in table.items() if len(k) >= 2 and k not in _KOREAN_WORDS}
+    return table
+
+
+def _table_number(words: str, lang: str) -> int:
+    """The number ``words`` spell in ``lang`` (a language of ``_NUM2WORDS_LANGUAGES``): "ba mươi hai" -> 32,
+    "tiga puluh delapan" -> 38, "ثمانية عشر" -> 18, "열일곱" -> 17; thousands then the rest, "bốn mươi
+    nghìn năm trăm" -> 40500. Raises ValueError for anything else, as text2num does."""
+    table = _spelled_table(lang)
+    key = _key(words)
+    if key in table:
+        return table[key]
+    for cut in range(len(key) - 1, 0, -1):
+        head = table.get(key[:cut])
+        if head and head >= 1000 and head % 1000 == 0:
+            tail = table.get(key[cut:])
+            if tail is None:  # "... ألفاً و خمسمائة": "and" before the rest
+                tail = table.get(re.sub(r"^(?:و|và|dan|ve|i)", "", key[cut:]))
+            if tail is not None and 0 < tail < 1000:
+                return head + tail
+    raise ValueError(words)
+
+
+def cardinal(words: str, lang: str) -> int:
+    """The whole number ``words`` spell in ``lang`` (an ISO 639-1 code): text2num's reading for English,
+    French, Spanish, Portuguese, German, Italian and Dutch; :func:`_russian_number` for Russian;
+    :func:`_table_number` for Vietnamese, Indonesian, Turkish, Polish, Arabic and Korean. Raises
+    ValueError where the words spell no number or the language has no reader (Hindi)."""
+    if lang == "ru":
+        return _russian_number(words)
+    if lang in _TEXT2NUM_LANGUAGES:
+        return text2num(words, lang)
+    if lang in _NUM2WORDS_LANGUAGES:
+        return _table_number(words, lang)
+    raise ValueError(f"no reader of number words in {lang!r}")
+
+
 def _foreign_digits(text: str, lang: str) -> str:
     """``text`` with each longest run of words that text2num reads as a cardinal number in ``lang``
     replaced by its digits ("quatre-vingt-dix km/h" -> "90 km/h", "treinta y dos" -> "32"); a lone word
@@ -195,7 +282,7 @@ def _foreign_digits(text: str, lang: str) -> str:
                 break  # a run has only spaces between its words
             try:
                 run = text[words[i].start():words[j].end()]
-                longest = (j, _russian_number(run) if lang == "ru" else text2num(run, lang))
+                longest = (j, cardinal(run, lang))
             except ValueError:
                 if j == i:
                     break  # "vingt et" is no number, "vingt et un" is: only a first word that fails ends the run
@@ -226,6 +313,80 @@ def chinese_digits(answer: str) -> str:
     except ValueError:
         return answer
     return str(int(value)) + answer.strip()[m.end():]
+
+
+# the scripts a text may be written in, other than the Latin alphabet, and the language each stands for
+_SCRIPTS = {"ko": re.compile(r"[\uac00-\ud7a3]"), "ja": re.compile(r"[\u3040-\u30ff]"),
+            "zh": re.compile(r"[\u4e00-\u9fff]"), "ru": re.compile(r"[а-яё]", re.IGNORECASE),
+            "ar": re.compile(r"[\u0620-\u064a]"), "hi": re.compile(r"[\u0900-\u097f]")}
+
+
+def document_language(text: str) -> str | None:
+    """The language a whole solution is written in: by its script where more of its letters are in one
+    other script than in the Latin alphabet (Hangul ``"ko"``, kana ``"ja"``, Han without kana ``"zh"``,
+    Cyrillic ``"ru"``, Arabic ``"ar"``, Devanagari ``"hi"``), else Vietnamese by the letters only it writes
+    (three of them), else by its short words (:func:`language_of`); None for English."""
+    latin = len(re.findall(r"[A-Za-zÀ-ɏ]", text))
+    counts = {lang: len(script.findall(text)) for lang, script in _SCRIPTS.items()}
+    if counts["ja"]:
+        counts["ja"] += counts.pop("zh")  # kanji are written among kana
+    lang, count = max(counts.items(), key=lambda item: item[1])
+    if count > latin:
+        return lang
+    # the letters only Vietnamese writes (ơ, ư, đ and the stacked tone marks: "Năm nay anh ấy đọc 36 cuốn sách.")
+    if len(re.findall(r"[ơưđƠƯĐ\u1ea0-\u1ef9]", text)) >= 3:
+        return "vi"
+    return language_of(text)
+
+
+# what a Korean number may carry after it: the copula, particles and counters ("열일곱이다", "다섯 개" is apart)
+_KOREAN_SUFFIX = re.compile(r"(?:입니다|이에요|이다|예요|이야|이며|이고|이므로|개|명|살|마리|권|번|장|이|가|은|는|을|를|의|와|과|도)$")
+
+
+def _korean_digits(text: str) -> str:
+    """``text`` with each Korean word that spells a number, Sino-Korean or native, as its digits, its
+    particle kept ("답은 열일곱이다" -> "답은 17이다", "사십 명" -> "40 명"); one (한, 하나) stays, as
+    an article does elsewhere."""
+    def replace(m: re.Match) -> str:
+        word = m.group(0)
+        suffix = _KOREAN_SUFFIX.search(word)
+        for stem, rest in ([(word[:suffix.start()], suffix.group(0))] if suffix else []) + [(word, "")]:
+            value = _spelled_table("ko").get(stem)
+            if value is not None and value != 1:
+                return f"{value}{rest}"
+        return word
+    return re.sub(r"[\uac00-\ud7a3]{2,}", replace, text)
+
+
+# Chinese (and Japanese) numerals in a sentence: a run of two or more ("三百一十条腿", "十二个"). One numeral
+# alone stays: it counts what the sentence is about as often ("三个人一共进了一百七十五个球")
+_CJK_NUMERAL_RUN = re.compile(r"[零〇一二两三四五六七八九十百千万亿]{2,}")
+
+
+def _chinese_numerals(text: str) -> str:
+    """``text`` with the Chinese numerals in its sentences as digits (cn2an): "合计三百一十条腿" ->
+    "合计310条腿"; a run cn2an does not read stays."""
+    import cn2an
+
+    def replace(m: re.Match) -> str:
+        try:
+            return str(int(cn2an.cn2an(m.group(0), "smart")))
+        except ValueError:
+            return m.group(0)
+    return _CJK_NUMERAL_RUN.sub(replace, text)
+
+
+def digits_in_document(text: str, lang: str | None) -> str:
+    """``text``, a solution in ``lang`` (:func:`document_language`; None for English), with the numbers its
+    prose spells in that language as digits: on each line without LaTeX, runs of number words
+    (:func:`_foreign_digits`: "La parte de Betsy duró cincuenta y ocho minutos." -> "... 58 minutos."),
+    Korean words (:func:`_korean_digits`) and Chinese numerals (:func:`_chinese_numerals`). English text
+    is left to the sentence readers (:func:`digits_for_words`), which know when "one" is a pronoun."""
+    if lang is None or lang == "hi":
+        return text
+    convert = {"ko": _korean_digits, "zh": _chinese_numerals, "ja": _chinese_numerals}.get(
+        lang, lambda line: _foreign_digits(line, lang))
+    return "\n".join(line if "\\" in line else convert(line) for line in text.split("\n"))
 
 
 # an amount in dollars and cents: "5 dollars and 40 cents" (from "five dollars and forty cents") is 5.40 dollars

@@ -126,18 +126,21 @@ def measure_after(text: str) -> str | None:
     return m.group(1)
 
 
-# units of time in the languages the grader reads, and the "and" between two of them
+# units of time and dollars in the languages the grader reads, and the "and" between two of them
 _FOREIGN_UNITS = {"hours": r"horas|heures|stunden|ore|часа|часов|घंटे|ساعات|小时|小時|時間|시간",
                   "hour": r"hora|heure|stunde|ora|час|घंटा|ساعة",
                   "minutes": r"minutos|minuten|minuti|минуты|минут|मिनट|دقائق|دقيقة|分钟|分鐘|分|분",
                   "minute": r"minuto|minute|минута", "seconds": r"segundos|secondes|sekunden|secondi|секунд|सेकंड|ثوان|秒|초",
-                  "days": r"días|dias|jours|tage|giorni|дней|дня|दिन|أيام|天|日|일"}
+                  "days": r"días|dias|jours|tage|giorni|дней|дня|दिन|أيام|天|日|일",
+                  "dollars": r"dólares|dollari|долларов|доллара|доллар|đô la|đô|dolarów|dolary|dolar|دولارات|دولار|डॉलर|"
+                             r"美元|ドル|달러"}
 _FOREIGN_UNIT = re.compile(r"(?<=\d)([ \t]*)(" + "|".join(_FOREIGN_UNITS.values()) + r")(?![^\W\d_])(?=(\d)?)", re.IGNORECASE)
 _FOREIGN_AND = re.compile(r"(?<=[a-z])[ \t]+(?:y|e|et|und|и|और|و)[ \t]+(?=\d)")
 
 
 def english_units(answer: str) -> str:
-    """An answer with its units of time written in English: ``7 घंटे 32 मिनट`` -> ``7 hours 32 minutes``,
+    """An answer with its units of time and its dollars written in English: ``7 घंटे 32 मिनट`` -> ``7 hours 32
+    minutes``, ``1520 đô la`` -> ``1520 dollars``,
     ``4 Stunden und 10 Minuten`` -> ``4 hours and 10 minutes``, ``3小时20分钟`` -> ``3 hours 20 minutes``, so that
     a value in two units compares (:func:`compound_values`); any other answer as it is."""
     def english(m: re.Match) -> str:
