@@ -134,7 +134,11 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # a remark after the answer in its paragraph ("The sweet potatoes bring in the most ($20).", "would have
          # cost"), a recap paragraph after a bold answer, ", which is $10 more than", a check in brackets
          # ("(4 × 14 = 56)"), a number the question gives
-         "remarks-recaps"}
+         "remarks-recaps",
+         # "left to be placed" (no "be" state), a rate in a unit the problem never names, "2 $y$-intercepts", a count
+         # then its list, "defined when x < 2 or x > 3", または / lub / albo, "$7$, $5$ en $3$", "4 or −12", a number
+         # the question gives in another language's sentence, 种可能 (no doubt)
+         "counts-locales-hedges"}
 
 
 def _rows() -> list[dict]:

@@ -356,7 +356,12 @@ def _other_unit(pred: str, gold: str, problem: str | None) -> bool:
     asked = asked_unit(problem)
     if rate_key(unit) or (asked and "/" in asked):
         # "75 m/s" answers no "speed in km/h?"; a rate against one unit asked ("60 miles per hour" for
-        # "How many miles does it go each hour?") or one unit against a rate asked is read as the same
+        # "How many miles does it go each hour?") or one unit against a rate asked is read as the same; with
+        # no unit asked, a rate in a unit the problem never names beside one it does ("50 km/h" for miles)
+        if rate_key(unit) and asked is None:
+            named = named_units(problem)
+            return any(u not in named and any(DIMENSIONS.get(n) == DIMENSIONS[u] for n in named)
+                       for u in rate_key(unit).split("/"))
         return bool(rate_key(unit) and asked and "/" in asked and key != asked)
     if base not in MEASURES:
         return False

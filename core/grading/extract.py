@@ -152,7 +152,8 @@ _FUNCTIONS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arc
 _FUNCTION_TAIL = re.compile(r"(?P<tail>(?:_(?:\{\w+\}|\w))?(?:\^(?:\{-?\w+\}|\w))?)[ (]")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 # Between two math segments that together are one answer: "$69$ and $84$", "$1$, $3$ or $5$".
-_SEGMENT_JOINER = re.compile(r"^\s*(?:,|and|or|,\s*and|,\s*or)\s*$", re.IGNORECASE)
+# ... "and" in the grader's other languages too: "De wortels zijn $7$, $5$ en $3$."
+_SEGMENT_JOINER = re.compile(r"^\s*(?:,|,?\s*(?:and|or|en|und|et|y|e|i|и|và|dan|ve|oraz|和|と|及))\s*$", re.IGNORECASE)
 
 
 def normalise_unicode(text: str) -> str:
@@ -730,6 +731,12 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
     verbs = [m for m in _outside_math(sentence, _STATES) if m.group(0) != "="]
     if verbs and re.search(r"\d", sentence[verbs[-1].end():]):
         sentence = sentence[verbs[-1].end():]
+    bounded = re.search(r"(?<![\w\\])[A-Za-z](?=[ \t]*[<>≤≥][ \t]*[-−]?\d)", sentence)
+    first = re.search(r"(?<![A-Za-z0-9_.])[-−]?\d", sentence)
+    if bounded and first and bounded.start() < first.start():  # "defined when x < 2 or x > 3": the inequalities
+        expr = leading_expression(sentence[bounded.start():])
+        if expr is not None and expr != bounded.group(0):
+            return expr, _LATER_EXPRESSION
     for num in re.finditer(r"(?<![A-Za-z0-9_.])[-−]?\d+(?!\d|st\b|nd\b|rd\b|th\b)", sentence):
         expr = leading_expression(sentence[num.start():])
         if expr is not None:
@@ -1182,6 +1189,13 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         values = undecided_values(sentences[-1], problem) if sentences else None
         if values:
             return ", ".join(values), text
+        last = sentences[-1] if sentences else ""
+        at = last.rfind(closing)
+        other = alternative_after(last[at + len(closing):], closing, problem) if at >= 0 else None
+        if other and re.search(re.escape(other) + r"[ \t.!*_$)]*$", last):
+            # "Odpowiedź: 4 lub −12." after a sentence: a hedge between two values ("90 pages, or about 3
+            # chapters" names the value again in other words)
+            return f"{closing}, {other}", text
         twice = re.fullmatch(r"(.+?),?[ \t]+or[ \t]+(.+?)", closing)
         if twice and plain_value(twice.group(1)) is not None and \
                 alternative_after(" or " + twice.group(2), twice.group(1), problem) is None:
@@ -1534,7 +1548,7 @@ _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if y
                      r"(?:don(?:'|’)t|do not) confuse|be careful not to|a common (?:mistake|error|slip))", re.IGNORECASE)
 # A horizontal rule: what follows it is a footer once something was stated before it
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
-_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|"
+_STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|(?<!\bto )\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|"
                      r"\b(?:that|it|this|which|here|there)['’]s\b|\b(?:works?|comes?)[ \t]+(?:out[ \t]+)?to\b|"
                      r"\b(?:amounts|simplifies|reduces)[ \t]+to\b|\byields\b|\b(?:giving|yielding)\b|"
                      r"\bresult(?:s|ing)[ \t]+in\b|"
@@ -1668,7 +1682,7 @@ def _outside_math(sentence: str, pattern: re.Pattern) -> list[re.Match]:
 
 # the words that state a value in Chinese, Japanese and Korean prose: "196 共有 9 个正因数", "$f(3)$ の値は 8 です",
 # "的值为 47", "余数是 3", "답은 42"
-_CJK_STATES = re.compile(r"是|为|為|等于|等於|有|需要|花了|用了|得到|一共|总共|合计|は|이다|은|는")
+_CJK_STATES = re.compile(r"是|为|為|等于|等於|有|需要|花了|用了|得到|一共|总共|合计|(?<!また)(?<!あるい)は|이다|은|는")  # または: "or"
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
 
 
@@ -1943,13 +1957,31 @@ _COUNT_BEFORE_NAME = re.compile(r"[ \t]*(-?\d[\d.,]*)[ \t]+(?!(?:times|plus|minu
 
 def _count_of_named(plain: str, states: list, segments: list) -> str | None:
     """The number a statement gives when the sentence's math only names what it counts: ``76 degrees``
-    for "There are 76 degrees in $\\angle B$.", ``6`` for "There are 6 elements in $S$."; else None
+    for "There are 76 degrees in $\\angle B$.", ``6`` for "There are 6 elements in $S$.", ``2`` for "has 2
+    $y$-intercepts"; else None
     (math with a digit or a relation in it is a value, not a name)."""
     if not segments or not states or states[-1].end() > segments[0][0] or \
             any(re.search(r"[\d=<>]", content) for _, _, content in segments):
         return None
     m = _COUNT_BEFORE_NAME.fullmatch(plain, states[-1].end(), segments[0][0])
-    return _with_unit(m.group(1), plain, m.start(1)) if m else None
+    if m:
+        return _with_unit(m.group(1), plain, m.start(1))
+    # math that is part of the noun: "The parabola has 2 $y$-intercepts."
+    m = re.fullmatch(r"[ \t]*(\d+)[ \t]+", plain[states[-1].end():segments[0][0]])
+    return m.group(1) if m and re.match(r"-[A-Za-z]", plain[segments[0][1]:]) else None
+
+
+# a count of what the question counts, then the list of them: "That gives $3 \times 2 = 6$ values: $1, 2, 3$."
+_COUNT_THEN_LIST = re.compile(r"(?<![\w.,])(\d+)\$?[ \t]+(?P<noun>(?:[A-Za-z-]+[ \t]+)?[A-Za-z-]+)[ \t]*:[ \t]*(?P<list>[^:]*)$")
+
+
+def _count_before_list(plain: str, noun: str | None) -> str | None:
+    """The count in a sentence that gives the number of what "How many ...?" counts, then lists them after a
+    colon ("6 values: $1, 2, 3, 4, 6, 12$" -> ``6``), else None."""
+    m = _COUNT_THEN_LIST.search(plain) if noun else None
+    if m and counts(" " + m.group("noun"), noun) and m.group("list").count(",") >= 1:
+        return m.group(1)
+    return None
 # bold that closes a sentence (the answer a model marks): "she faces **east**.", "would cost **$18.90**."
 _BOLD_CLOSE = re.compile(r"(?:(?<=\s)|^)\*\*([^*\n]+?)\*\*(?:[ \t]+[A-Za-z]+){0,2}[ \t]*[.!]?[ \t]*$")  # "— **6** values."
 
@@ -2096,7 +2128,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         if words and states[-1].group(0) == "=" and _is_equation(plain[words[-1].end():].strip().rstrip(".")):
             states = words  # "the plane is 5x-7y+11z+4=0": the equation is what "is" states
         segments = math_segments(plain)
-        count = _count_of_named(plain, states, segments)
+        count = _count_of_named(plain, states, segments) or _count_before_list(plain, noun)
         if count:  # "There are 76 degrees in $\angle B$.": the math names what the number counts
             return count
         if segments and (not states or states[-1].start() < segments[-1][0]):
@@ -2167,6 +2199,11 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
         # a number the question itself gives is no answer to it ("multiply 10 by 1.5" for "By what number
         # should he multiply $10$?", "the 400-meter hurdles in 36 seconds"), while another remains
         found = [f for f in found if not _given(clause, f[0], f[1], question)] or found
+        if len(found) > 1 and document_language(clause) is not None:
+            # in another language the words around a number are not the question's: any number it gives
+            # ("Dus in de laatste 6 uur keren 75 bijen terug." for "... in the last 6 hours of the day?")
+            asked_numbers = set(re.findall(r"\d+(?:\.\d+)?", question))
+            found = [f for f in found if f[1] not in asked_numbers] or found
         # the problem's own number before its rounding: "57/160 ≈ 0.356" for "Convert 57/160 to a decimal"
         found = [f for f in found if not (_in_problem(f[1], problem) and
                                           re.match(r"[ \t]*(?:≈|\\approx|~)[ \t]*\S", clause[f[0] + len(f[1]):]))] or found

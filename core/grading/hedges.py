@@ -23,9 +23,9 @@ from .units import measure_after, unit_key
 
 __all__ = ["alternative_after", "answer_sentence", "conflicting", "plain_value", "undecided_values"]
 
-_NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
+_NUMBER = r"[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
 # "or" in the languages the grader reads, with what may stand between it and the other value
-_OR_WORDS = r"(?:or|oder|ou|o|oppure|или|либо|أو|या|또는|혹은|或者|或是|或|也可能是|也可能|または|か|hoặc|veya|ya[ \t]+da|atau)"
+_OR_WORDS = r"(?:or|oder|ou|o|oppure|или|либо|أو|या|또는|혹은|或者|或是|或|也可能是|也可能|または|か|hoặc|veya|ya[ \t]+da|atau|lub|albo)"
 _OR_MODAL = (r"(?:(?:possibly|perhaps|maybe|even|else|also|eventually|vielleicht|peut-être|quizás|tal[ \t]+vez|talvez|"
              r"about|around|roughly|approximately|около|примерно|khoảng|yaklaşık|sekitar|environ|etwa|unos|cerca[ \t]+de)[ \t]+|~[ \t]*|"
              r"(?:it|that|the[ \t]+answer)[ \t]+(?:could|might|may|would)[ \t]+(?:also[ \t]+|even[ \t]+)?be[ \t]+)*")
@@ -76,7 +76,7 @@ def _candidate(answer: Fraction, other: str, after: str) -> bool:
     an expression ("36, or 6 × 6"), nor a share of another quantity ("$45, or 75% of the price"), nor a
     count of dozens ("12 eggs, or 1 dozen")."""
     try:
-        value = Fraction(other.replace(",", ""))
+        value = Fraction(other.replace(",", "").replace("−", "-"))
     except (ValueError, ZeroDivisionError):
         return False
     after = re.sub(r"^(?:\*\*|__|\$|\\\))+", "", after)  # the bold or math the value closes
@@ -184,7 +184,7 @@ _DOUBT = re.compile(r"\b(?:lean(?:ing|s)?[ \t]+(?:towards?|to)|inclination|incli
                     r"(?:say|tell)|difficult|not[ \t]+sure|unsure|guess|torn|undecided|"
                     r"peut-être|difficile|hésite|zwischen|schwanke|plausibel|vielleicht|entweder|wahrscheinlich|quizás?|"
                     r"tal[ \t]+vez|talvez|entre|dúvida|forse|probablemente|provavelmente|возможно|либо|между|не[ \t]+уверен)\b"
-                    r"|或者|可能|也许|还是|不确定|かもしれ|どちら|아마|확실하지|शायद|ربما|อาจ|น่าจะ"
+                    r"|或者|(?<![种種个個])可能|也许|还是|不确定|かもしれ|どちら|아마|확실하지|शायद|ربما|อาจ|น่าจะ"
                     # "otherwise" in other languages: "Letteralmente fa 70; altrimenti 67."
                     r"|\b(?:altrimenti|sinon|sonst|si[ \t]+no|de[ \t]+lo[ \t]+contrario|caso[ \t]+contrário|senão|se[ \t]+não|иначе|"
                     r"anders|jika[ \t]+tidak|aksi[ \t]+takdirde|nếu[ \t]+không)\b|否则|그렇지[ \t]*않으면|अन्यथा|وإلا", re.IGNORECASE)
