@@ -138,7 +138,17 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          # "left to be placed" (no "be" state), a rate in a unit the problem never names, "2 $y$-intercepts", a count
          # then its list, "defined when x < 2 or x > 3", または / lub / albo, "$7$, $5$ en $3$", "4 or −12", a number
          # the question gives in another language's sentence, 种可能 (no doubt)
-         "counts-locales-hedges"}
+         "counts-locales-hedges",
+         # "Extra point for those over 20: ..." is a step, "#### 8 (that's 16 pencils in total)", "**24** — independent
+         # of $r$", "2 $y$-intercepts, at $y = ...$", "24 or possibly something else"
+         "steps-asides",
+         # the first clause of a closing sentence states the answer and the rest elaborates ("He pays $31,800 a year:
+         # $30,000 for the miles ..."), "For comparison, ...", "Happy to show ...", "Those gaps are consistent ...",
+         # "6 h swimming + 3 h resting = 9 hours"
+         "first-clause-answers",
+         # giving up and asking which reading is meant in more languages, "或" after a word, "або", "залежно від",
+         # dots grouping thousands in Dutch, Swedish and Czech number words, "(1{,}5;\ -13)", "(3;\,4\rangle", "四です"
+         "locales-giveups"}
 
 
 def _rows() -> list[dict]:
@@ -261,7 +271,8 @@ def test_russian_number_words(text, expected):
     ("tiga puluh delapan", "id", 38), ("on yedi", "tr", 17), ("kırk bin beş yüz", "tr", 40500),
     ("dwadzieścia jeden", "pl", 21), ("ثمانية عشر", "ar", 18), ("تسعة وسبعون", "ar", 79), ("열일곱", "ko", 17),
     ("스물다섯", "ko", 25), ("사십", "ko", 40), ("cincuenta y ocho", "es", 58), ("двадцать один", "ru", 21),
-    ("negenentachtig", "nl", 89),
+    ("negenentachtig", "nl", 89), ("một nghìn năm trăm hai mươi", "vi", 1520), ("천오백이십", "ko", 1520),
+    ("ettusen femhundratjugo", "sv", 1520), ("två", "sv", 2), ("dvacet jedna", "cs", 21),
 ])
 def test_cardinal_words(words, lang, value):
     from core.grading.number_words import cardinal

@@ -567,6 +567,10 @@ _BRACKETED_CHECK = re.compile(r"[ \t]*\((?:quick[ \t]+)?(?:check(?:ing)?|verif(?
                               re.IGNORECASE)
 
 
+# the languages in which a dot groups thousands ("1.128"), of those language_of tells
+_DOT_LANGUAGES = ("es", "pt", "de", "it", "nl", "id", "tr", "vi")
+
+
 def _groups_by_dots(text: str) -> bool:
     """Whether a text not written in English groups thousands by dots: it has letters of another script or
     accents ("Còn lại", "öder") or a decimal comma ("1000 × 1,5"), every dotted number has groups of three
@@ -581,11 +585,12 @@ def _groups_by_dots(text: str) -> bool:
 def _european_numbers(text: str) -> str:
     """Numbers in the continental form as plain ones: ``1.248,00`` / ``1 100,00`` -> ``1248.00`` /
     ``1100.00`` (thousands grouped, a decimal comma: never English), ``140,00 $`` -> ``140.00 $`` (two
-    decimals of money), and in a text written in Spanish, Portuguese, German or Italian ``1.128`` ->
-    ``1128`` (a dot groups thousands there; :func:`core.grading.number_words.language_of`)."""
+    decimals of money), and in a text written in Spanish, Portuguese, German, Italian, Dutch, Indonesian,
+    Turkish or Vietnamese ``1.128`` -> ``1128`` (a dot groups thousands there;
+    :func:`core.grading.number_words.language_of`)."""
     text = _GROUPED_DECIMAL.sub(lambda m: re.sub(r"[. \u202f]", "", m.group(0)).replace(",", "."), text)
     text = _MONEY_DECIMAL.sub(lambda m: ".".join(g for g in m.groups() if g is not None), text)
-    if re.search(r"\d\.\d{3}(?!\d)", text) and (language_of(text) in ("es", "pt", "de", "it") or _DOT_GROUPING.search(text)
+    if re.search(r"\d\.\d{3}(?!\d)", text) and (language_of(text) in _DOT_LANGUAGES or _DOT_GROUPING.search(text)
                                                or _groups_by_dots(text)):
         text = _DOT_THOUSANDS.sub(lambda m: m.group(0).replace(".", ""), text)
     return text
@@ -675,7 +680,7 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
         # an aside in brackets after the value: "16(最初は 8 になりましたが, 間違いでした)", "12 (not 13 — ...)"
         sentence = re.sub(r"(?<=\d)((?:[ \t]+[A-Za-z]+){0,2})[ \t]*\((?=[^()]*[^\W\d_]{2})[^()]*\)", r"\1", sentence)
         # ... its unit kept: "720 minutes (= 12 hours)"
-    if (lang or language_of(sentence)) in ("es", "pt", "de", "it"):  # "La respuesta es 1.128.": dots group thousands there
+    if (lang or language_of(sentence)) in _DOT_LANGUAGES:  # "La respuesta es 1.128.": dots group thousands there
         sentence = re.sub(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3})+(?![\d.,]*\d)", lambda m: m.group(0).replace(".", ""), sentence)
     either = re.match(r"(?:either|entweder)[ \t]+(.+?)[ \t]+(?:or|oder)[ \t]+(.+?)(?:[ \t]+(?:depending|if|when|je)\b|[,;]|$)"
                       r"|soit[ \t]+(.+?),?[ \t]+soit[ \t]+(.+?)(?:[ \t]+(?:selon|si)\b|[,;]|$)", sentence, re.IGNORECASE)
@@ -833,7 +838,8 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
     ``Answer:`` follows it (a new question and answer pair: the next sample); and, once a number came before it, a
     line opening an exercise or an offer of the model's own ("Follow-up question:", "Try it
     yourself:", "Next question:", "Would you like me to ..."), unless a computation follows its colon
-    at once ("Extra widgets: 15 × 720 = 10,800." is a step). Without these the text is whole.
+    at once ("Extra widgets: 15 × 720 = 10,800." is a step), or a label that names no exercise is followed by
+    numbers and no question ("Extra point for those over 20: Mike → 22"). Without these the text is whole.
     """
     end = _END_TOKEN.search(text)
     if end:  # a model's end-of-text token: what follows is another sample of the few-shot prompt
@@ -846,6 +852,10 @@ def _solution_part(text: str) -> tuple[str, re.Match | None]:
         rest = text[follow.end():line_end if line_end >= 0 else len(text)]
         if follow.group(0).rstrip().endswith((":", "：")) and re.match(r"[ \t]*[-$\\(\d][^A-Za-z]*?[=×÷]", rest):
             continue  # a step of the solution under its label: "Extra widgets: 15 × 720 = 10,800."
+        if re.match(r"[ \t>*_#-]*(?:bonus|extra)[ \t]+(?!(?:question|problem|practice|exercise|example|challenge|task|"
+                    r"puzzle|fact|facts|info|note|tip|trivia)\b)", follow.group(0), re.IGNORECASE) and \
+                re.search(r"\d", rest) and "?" not in rest:
+            continue  # "Extra point for those over 20: Mike → 22, Tony → 43.": a step under a label of its own
         if re.search(r"\d[^\n]*\bor\b[^\n]*\d[^\n]*\?", rest):
             continue  # "Do you want the number she buys, which is 4, or the number she gets, which is 6?": a question back
         if re.search(r"\d", text[:follow.start()]):
@@ -1121,6 +1131,9 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     glossed = hashed and re.fullmatch(r"(?P<words>[^()]+?)[ \t]*\((?P<digits>-?\d[\d.]*)\)", hashed)
     if glossed and re.search(r"[^\W\d_]|, ", glossed.group("words")):
         hashed = glossed.group("digits")  # "#### one thousand, two hundred and eighteen (1218)"
+    aside = hashed and re.fullmatch(r"(?P<value>-?\\?\$?\d[\d.,]*)[ \t]*\((?=[^()]*[^\W\d_]{2})[^()]*\)", hashed)
+    if aside:
+        hashed = aside.group("value")  # "#### 8 (that's 16 pencils in total)": an aside after the answer
     statements = sorted([*_ANSWER_PHRASE.finditer(text), *_ANSWER_LABEL.finditer(text), *_NAMED_LABEL.finditer(text),
                          *_NAMED_PHRASE.finditer(text)], key=lambda m: m.end())
     anchors = ([boxes[-1].end] if boxed else []) + ([hash_line.start()] if hashed else [])
@@ -1178,9 +1191,10 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     restated = _bold_restated(text)
     if restated:
         return restated, text
-    bold_first = re.match(r"[ \t]*\*\*[ \t]*(\$[^$*\n]+\$|-?\d[\d.,]*)[ \t]*\*\*[ \t]*(?:—|–|--)[ \t]*(?:and|but|which|this|that)\b",
-                          text.rstrip().rsplit("\n", 1)[-1])
-    if bold_first:  # "**$55^\\circ$** — and a quick re-check of each step gives the same result."
+    bold_first = re.match(r"[ \t]*\*\*[ \t]*(\$[^$*\n]+\$|-?\d[\d.,]*)[ \t]*\*\*[ \t]*(?:—|–|--)[ \t]*(?:(?:and|but|which|this|that)\b"
+                          r"|(?![^\n]*\b(?:wait|actually|no|not|or|mistake|correct\w*)\b)(?=[^\d\n]*$))",
+                          text.rstrip().rsplit("\n", 1)[-1], re.IGNORECASE)
+    if bold_first:  # "**$55^\\circ$** — and a quick re-check of each step gives the same result.", "**24** — independent of $r$"
         return bold_first.group(1).strip("$"), text
     closing = closing_answer(text, problem)
     if closing:
@@ -1354,6 +1368,15 @@ _UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:
                         r"|\bnot[ \t]+(?:\w+[ \t]+)?confident[ \t]+in[ \t]+(?:a[ \t]+single|one|any|either)\b|\bbefore[ \t]+committing\b"
                         r"|\bnot[ \t]+(?:\w+[ \t]+)?confident[ \t]+enough[ \t]+to[ \t]+(?:pick|choose|decide|commit)\b"
                         r"|\bcan(?:no|'|’)?t[ \t]+narrow[ \t]+(?:it|this)[ \t]+down\b|\bjust[ \t]+as[ \t]+likely\b"
+                        # "please say which you mean" in the grader's other languages
+                        r"|لطفا[ً]?[ \t]+مشخص[ \t]+کنید|请说明|請說明|请问您?指的是|bitte[ \t]+(?:präzisieren|geben[ \t]+sie[ \t]+an)"
+                        r"|veuillez[ \t]+préciser|pourriez-vous[ \t]+préciser|por[ \t]+favor,?[ \t]+(?:aclare|especifique|indique|esclareça)"
+                        r"|per[ \t]+favore,?[ \t]+(?:specifica|chiarisci)|proszę[ \t]+(?:o[ \t]+)?(?:doprecyzowanie|sprecyzować|doprecyzować)"
+                        r"|уточните|уточніть|lütfen[ \t]+belirt|mohon[ \t]+(?:jelaskan|perjelas)|vui[ \t]+lòng[ \t]+(?:cho[ \t]+biết|làm[ \t]+rõ)"
+                        r"|กรุณาระบุ|कृपया[ \t]+स्पष्ट|يرجى[ \t]+(?:التوضيح|توضيح|تحديد)|どちらか教えて|알려[ \t]*주시|upřesněte|specificera"
+                        r"|kunt[ \t]+u[ \t]+aangeven"
+                        # "So 24 or possibly something else.": a value, then anything else
+                        r"|\bor[ \t]+(?:possibly[ \t]+|maybe[ \t]+|perhaps[ \t]+)?(?:something|anything)[ \t]+else\b"
                         # a value offered as a bound or one of two, never as the answer: "I'd flag both numbers rather
                         # than pick one", "treat it as an upper bound ... rather than the answer itself", "the most I can
                         # honestly say is that the minimum is at least 16"
@@ -1400,11 +1423,27 @@ def _undecided(text: str) -> bool:
 
 # a model saying it could not finish: "I'm not sure how to finish this one; the problem seems to be missing
 # some information.", "There is not enough information to determine the answer."
+# "I cannot" and "definitive" in the grader's other languages: "Je ne peux donc pas donner de réponse définitive",
+# "Eine endgültige Antwort kann ich daher noch nicht geben", "Konečnou odpověď proto zatím nemohu dát"
+_CANNOT = (r"(?:no[ \t]+puedo|não[ \t]+posso|não[ \t]+consigo|non[ \t]+posso|je[ \t]+ne[ \t]+peux|"
+           r"(?:ich[ \t]+kann|kann[ \t]+ich)[^.\n]{0,30}?\bnicht|(?:kan[ \t]+ik|ik[ \t]+kan)[^.\n]{0,30}?\bniet|"
+           r"(?:kan[ \t]+jag|jag[ \t]+kan)[^.\n]{0,30}?\binte|nie[ \t]+mogę|nemohu|nemůžu|не[ \t]+могу|не[ \t]+можу|"
+           r"tidak[ \t]+(?:dapat|bisa)|không[ \t]+thể)")
+_DEFINITIVE = (r"(?:definitiv\w*|définitiv\w*|definitief|endgültig\w*|ostateczn\w*|konečn\w*|slutgiltig\w*|окончательн\w*|"
+               r"остаточн\w*|certa|sicura|pasti|chắc[ \t]+chắn|final\w*|segur\w*)")
 _GIVES_UP = re.compile(r"\b(?:i[ \t]*(?:'|’)?m|i[ \t]+am)[ \t]+(?:not[ \t]+sure|unsure|unable)[ \t]+(?:how[ \t]+)?(?:to[ \t]+)?"
                        r"(?:finish|solve|proceed|continue|complete|determine|answer)\b"
                        r"|\bi[ \t]+(?:can(?:no|'|’)?t|could(?:n(?:'|’)t|[ \t]+not))[ \t]+(?:solve|finish|determine|figure|work[ \t]+out|answer)\b"
                        r"|\b(?:missing|lacks?)[ \t]+(?:some[ \t]+)?(?:key[ \t]+|needed[ \t]+|necessary[ \t]+)?information\b"
-                       r"|\bnot[ \t]+enough[ \t]+information\b", re.IGNORECASE)
+                       r"|\bnot[ \t]+enough[ \t]+information\b"
+                       # "I cannot give a definitive answer" and "I can't reach a reliable result" in the grader's
+                       # other languages
+                       r"|\b" + _CANNOT + r"\b[^.\n]{0,40}?\b" + _DEFINITIVE + r"|\b" + _DEFINITIVE + r"\b[^.\n]{0,40}?\b" + _CANNOT + r"\b"
+                       r"|\b(?:kesin|nihai)[ \t]+bir[ \t]+(?:cevap|yanıt|sonuç)[ \t]+(?:veremiyorum|vere[ \t]*miyorum|bulamıyorum)"
+                       r"|无法(?:给出|得到|确定)|不能(?:给出|确定)|無法(?:給出|確定)|答えを?(?:出せ|確定でき)ません|確定的な答え[^。\n]{0,10}ません"
+                       r"|(?:답을|답변을)[^.\n]{0,10}(?:드릴|할)[ \t]*수[ \t]*없|نمی[‌ ]?توانم[^.\n]{0,20}(?:پاسخ|جواب)"
+                       r"|لا[ \t]+(?:أستطيع|يمكنني)[^.\n]{0,20}(?:إجابة|جواب)|(?:उत्तर|जवाब)[^।.\n]{0,20}नहीं[ \t]+दे[ \t]+(?:सकता|सकती)"
+                       r"|ไม่สามารถ(?:ให้|หา)คำตอบ", re.IGNORECASE)
 
 
 def _gives_up(text: str) -> bool:
@@ -1545,7 +1584,10 @@ _EXPLANATION = re.compile(r"^[ \t*_#]*(?:explanation|reasoning|reason|justificat
 # What a chat model adds after its answer: offers, wishes, notes, trivia ("Let me know if ...")
 _FOOTER = re.compile(r"^[\s*_>#-]*(?:let me know|i hope|hope this|feel free|if you(?:'d| would)? like|"
                      r"note:|tip:|hint:|remark:|fun fact|p\.?s\.?\b|happy to help|if you (?:got|get|found|obtained)\b|"
-                     r"(?:don(?:'|’)t|do not) confuse|be careful not to|a common (?:mistake|error|slip))", re.IGNORECASE)
+                     r"(?:don(?:'|’)t|do not) confuse|be careful not to|a common (?:mistake|error|slip)|"
+                     # a comparison or a consistency note after the answer: "For comparison, $f(2) = 30$."
+                     r"(?:for|by|in) comparison\b|for (?:reference|context)\b|happy to\b|"
+                     r"(?:this|that|these|those)[ \t]+(?:\w+[ \t]+)?(?:is|are)[ \t]+consistent\b)", re.IGNORECASE)
 # A horizontal rule: what follows it is a footer once something was stated before it
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
 _STATES = re.compile(r"\bis\b|\bare\b|\bequals?\b|(?<!\bto )\bbe\b|\bgives\b|\bmakes\b|\bmeasures\b|\btotals\b|\bha(?:s|ve|d)\b|"
@@ -1740,7 +1782,9 @@ def _is_equation(expr: str) -> bool:
     no name there (``x = 4``, ``\\operatorname{proj}_{\\mathbf{b}}\\mathbf{a} = ...``)."""
     if expr.count("=") != 1:
         return False
-    lhs = expr.split("=", 1)[0]
+    lhs, rhs = expr.split("=", 1)
+    if re.fullmatch(r"[ \t]*\d+(?:\.\d+)?[ \t]+[A-Za-z]{2,}[ \t.]*", rhs) and re.search(r"\b[A-Za-z]{3,}\b", lhs):
+        return False  # "6 h swimming + 3 h resting = 9 hours": a sum of quantities, its value after the "="
     return (not _NAMED.fullmatch(lhs) and bool(re.search(r"[-+^]", lhs))
             and bool(re.search(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])", re.sub(r"\\[A-Za-z]+", " ", lhs))))
 
@@ -1960,15 +2004,16 @@ def _count_of_named(plain: str, states: list, segments: list) -> str | None:
     for "There are 76 degrees in $\\angle B$.", ``6`` for "There are 6 elements in $S$.", ``2`` for "has 2
     $y$-intercepts"; else None
     (math with a digit or a relation in it is a value, not a name)."""
-    if not segments or not states or states[-1].end() > segments[0][0] or \
-            any(re.search(r"[\d=<>]", content) for _, _, content in segments):
+    if not segments or not states or states[-1].end() > segments[0][0] or re.search(r"[\d=<>]", segments[0][2]):
+        return None
+    # math that is part of the noun: "The parabola has 2 $y$-intercepts, at $y=2\pm\sqrt5$."
+    m = re.fullmatch(r"[ \t]*(\d+)[ \t]+", plain[states[-1].end():segments[0][0]])
+    if m and re.match(r"-[A-Za-z]", plain[segments[0][1]:]):
+        return m.group(1)
+    if any(re.search(r"[\d=<>]", content) for _, _, content in segments):
         return None
     m = _COUNT_BEFORE_NAME.fullmatch(plain, states[-1].end(), segments[0][0])
-    if m:
-        return _with_unit(m.group(1), plain, m.start(1))
-    # math that is part of the noun: "The parabola has 2 $y$-intercepts."
-    m = re.fullmatch(r"[ \t]*(\d+)[ \t]+", plain[states[-1].end():segments[0][0]])
-    return m.group(1) if m and re.match(r"-[A-Za-z]", plain[segments[0][1]:]) else None
+    return _with_unit(m.group(1), plain, m.start(1)) if m else None
 
 
 # a count of what the question counts, then the list of them: "That gives $3 \times 2 = 6$ values: $1, 2, 3$."
@@ -1997,6 +2042,70 @@ _CORRECTION = re.compile(r"\b(?:wait|actually|but|however|instead|mistake|correc
                          re.IGNORECASE)
 
 
+# where a closing sentence's first clause ends and an elaboration of its value begins: ", compared with 49", "; he
+# has $115", ": $30,000 for the miles", " — a quarter of an hour" (not a list's comma: "3, 5, 7")
+_ELABORATION = re.compile(r"[ \t]*(?:,(?![ \t]*[-−]?\d)|;|:|—|–|--)[ \t]*")
+# what makes the rest of a sentence more than an elaboration: a total, the answer named, a hedge or a correction
+_HEDGED_HEAD = re.compile(r"\b(?:or|maybe|perhaps|possibly|might|could|either|unless|if)\b", re.IGNORECASE)
+_NOT_ELABORATION = re.compile(r"\b(?:in[ \t]+total|total|altogether|in[ \t]+all|overall|combined|answer|final\w*|or|maybe|"
+                              r"perhaps|possibly|might|could|either|unless|if|otherwise|wait|actually|but|however|instead|"
+                              r"mistake|correct\w*|not|rather|no)\b", re.IGNORECASE)
+
+
+def _outside_math_text(text: str, segments: list) -> str:
+    """``text`` with its math segments (:func:`math_segments`) blanked out."""
+    for start, end, _ in reversed(segments):
+        text = text[:start] + " " * (end - start) + text[end:]
+    return text
+
+
+def _question_overlap(sentence: str, words: frozenset[str]) -> int:
+    """How many of the question's words (:func:`core.grading.question.question_words`) ``sentence`` holds, a
+    word of four letters or more matched by its first four ("earns" for "earn", "received" for "receive")."""
+    found = {stem(w) for w in re.findall(r"[A-Za-z]+", sentence)}
+    return sum(any(w == q or (len(q) >= 4 and w[:4] == q[:4]) for w in found) for q in words)
+
+
+def _head_answer(sentence: str, problem: str | None) -> str | None:
+    """The value the first clause of a closing sentence states, where the rest of the sentence only elaborates
+    on it with other numbers: "He pays $31,800 a year: $30,000 for the miles and $1,800 in bonuses." for "How
+    much does he pay a year?", "So the sum of the roots of $g$ is 34, compared with 49 for $f$.", "The
+    original price was $36, so the discount was $21.60." The first clause must state one value (a verb, or
+    "=" in its math) and hold more of the question's words than the rest (two more where the rest concludes
+    with "so", as many where it breaks the value down: "240 people: 40 working days × 6 people a day"); the
+    rest must compute nothing ("=") and hold no total, answer, hedge or correction, the first clause no hedge;
+    else None (:func:`closing_answer` reads the sentence as usual)."""
+    if not problem:
+        return None
+    first = re.search(r"\d", sentence)
+    cut = next((m for m in _outside_math(sentence, _ELABORATION) if first and m.start() > first.start()), None)
+    if cut is None:
+        return None
+    head, tail = sentence[:cut.start()], sentence[cut.end():]
+    if _NOT_ELABORATION.search(tail) or _HEDGED_HEAD.search(head):
+        return None
+    if not re.search(r"\d", tail) or re.match(r"(?:that(?:'|’)?s|that[ \t]+is|i\.?e\.?|which[ \t]+(?:is|equals|means)|namely)\b",
+                                           tail, re.IGNORECASE):
+        return None  # "2 hours, that's 120 minutes": the value again, for the conversion rules
+    if re.search(r"=|\\Rightarrow|\\implies|⇒", tail):
+        return None  # "..., so the 2003rd is $2(2003) - 1 = 4005$": the rest computes the answer
+    segments = math_segments(head)
+    if not [m for m in [*_outside_math(head, _STATES), *_outside_math(head, _PAST_STATES)] if m.group(0) not in (":", "=")] and \
+            not any("=" in seg[2] for seg in segments) and not re.search(r"\b[a-z]+s\b[ \t]+\\?\$?\d", head):
+        return None  # a label, no statement: "3-inch cube: ...", "Domain: $2<x<102$, $x \neq 12$"
+    plain_numbers = re.findall(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?", _outside_math_text(head, segments))
+    if len(plain_numbers) + sum(bool(re.search(r"\d", seg[2])) for seg in segments) != 1:
+        return None  # one value in the first clause, no computation: "Billy helps 240 people"
+    words = question_words(problem)
+    ours, theirs = _question_overlap(head, words), _question_overlap(tail, words)
+    # the rest concludes ("so the discount was $21.60"): two words more; it breaks the value down ("40 working
+    # days × 6 people a day"): as many
+    margin = 2 if _CONCLUDES.search(tail) else 0 if re.search(r"[×*+·÷][ \t]*\\?\$?\d", tail) else 1
+    if ours < 1 or ours < theirs + margin:
+        return None
+    return closing_answer(head.rstrip(" ,") + ".", problem)
+
+
 def _remark(last: str, previous: str, problem: str | None) -> bool:
     """Whether ``last``, the sentence after ``previous`` in one paragraph, only remarks on the value ``previous``
     states: it names none of what the question asks while ``previous`` restates the question ("Jen will earn
@@ -2015,11 +2124,7 @@ def _remark(last: str, previous: str, problem: str | None) -> bool:
     if _CORRECTION.search(last) or _NOT_REMARK.search(last) or "**" in last:
         return False
     words = question_words(problem)
-
-    def overlap(sentence: str) -> int:
-        found = {stem(w) for w in re.findall(r"[A-Za-z]+", sentence)}
-        return sum(any(w == q or (len(q) >= 4 and w[:4] == q[:4]) for w in found) for q in words)
-    return overlap(previous) >= 2 and overlap(last) < overlap(previous)
+    return _question_overlap(previous, words) >= 2 and _question_overlap(last, words) < _question_overlap(previous, words)
 
 
 def closing_answer(text: str, problem: str | None = None) -> str | None:
@@ -2100,6 +2205,9 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
             continue
         # asides first: a ";" inside brackets ends no clause ("20 cm long (yellow 12 cm, blue 5 cm; check: ...)")
         whole = _without_where_attained(digits_for_words(sentence))
+        head = _head_answer(whole, problem) if sentence is sentences[-1] else None
+        if head:
+            return head
         plain = _statement(_main_clause(whole), unit, question)
         stated_cjk = _cjk_value(plain)
         if stated_cjk:  # "所以 196 共有 9 个正因数。": the value after its last stating word

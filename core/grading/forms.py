@@ -135,13 +135,31 @@ _ANGLE_VECTOR = re.compile(r"^(?:\\langle|⟨)\s*([^⟨⟩]*?,[^⟨⟩]*?)\s*(?:
 _PLAIN_BRACES_SET = re.compile(r"^\{\s*([^{}\\]*,[^{}\\]*?)\s*\}$")
 
 
+# a tuple or interval written with ";" between its items, as in Czech, Polish, Russian or Ukrainian: "(1{,}5; -13)"
+_SEMICOLON_ITEMS = re.compile(r"[(\[](?:\\[,;!: ]|[^()\[\];])*;(?:\\[,;!: ]|[^()\[\];])*(?:[)\]]|\\rangle|⟩)")
+
+
+def local_notation(s: str) -> str:
+    """A tuple or interval in the continental notation as the plain one: ``;`` between its items and a decimal
+    comma (``(1{,}5;\\ -13)`` -> ``(1.5, -13)``), and an angle bracket closing an interval that a round or
+    square one opened (Czech ``(3;\\,4\\rangle`` -> ``(3, 4]``: closed at 4); anything else as it is."""
+    if ";" not in s:
+        return s
+
+    def plain(m: re.Match) -> str:
+        inner = re.sub(r"(?<=\d)(?:\{,\}|,)(?=\d)", ".", m.group(0))  # decimal commas
+        return inner.replace(";", ",")
+    s = _SEMICOLON_ITEMS.sub(plain, s)
+    return re.sub(r"([(\[][^()\[\]⟨⟩]*?,[^()\[\]⟨⟩]*?)(?:\\rangle|⟩)", r"\1]", s)
+
+
 def exact_forms(s: str) -> str:
     """``s`` with repeating decimals as fractions (``1.\\overline{3}`` -> ``\\frac{4}{3}``), a set-builder set
     as its condition (``\\{t : t > 2\\}`` -> ``t > 2``) and a plain-text mixed number in LaTeX
     (``137 1/2`` -> ``137\\frac{1}{2}``, which math-verify reads as 275/2), a matrix as the list of its
-    rows in ``pmatrix`` (:func:`rows_as_matrix`), a vector in angle brackets as its tuple and a set in plain
-    braces (``{3, 5, 7}``) as LaTeX's ``\\{3, 5, 7\\}``."""
-    s = rows_as_matrix(_REPEATING.sub(_repeating_fraction, s))
+    rows in ``pmatrix`` (:func:`rows_as_matrix`), a vector in angle brackets as its tuple, a set in plain
+    braces (``{3, 5, 7}``) as LaTeX's ``\\{3, 5, 7\\}``, and ``;`` between items (:func:`local_notation`)."""
+    s = rows_as_matrix(_REPEATING.sub(_repeating_fraction, local_notation(s)))
     s = _ANGLE_VECTOR.sub(r"(\1)", s.strip())
     s = _PLAIN_BRACES_SET.sub(r"\\{\1\\}", s)
     s = _SET_BUILDER.sub(r"\2", s)

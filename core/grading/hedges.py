@@ -25,11 +25,11 @@ __all__ = ["alternative_after", "answer_sentence", "conflicting", "plain_value",
 
 _NUMBER = r"[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
 # "or" in the languages the grader reads, with what may stand between it and the other value
-_OR_WORDS = r"(?:or|oder|ou|o|oppure|или|либо|أو|या|또는|혹은|或者|或是|或|也可能是|也可能|または|か|hoặc|veya|ya[ \t]+da|atau|lub|albo)"
+_OR_WORDS = r"(?:or|oder|ou|o|oppure|или|либо|أو|या|또는|혹은|或者|或是|或|也可能是|也可能|または|か|hoặc|veya|ya[ \t]+da|atau|lub|albo|або|чи|یا|หรือ|nebo|eller)"
 _OR_MODAL = (r"(?:(?:possibly|perhaps|maybe|even|else|also|eventually|vielleicht|peut-être|quizás|tal[ \t]+vez|talvez|"
              r"about|around|roughly|approximately|около|примерно|khoảng|yaklaşık|sekitar|environ|etwa|unos|cerca[ \t]+de)[ \t]+|~[ \t]*|"
              r"(?:it|that|the[ \t]+answer)[ \t]+(?:could|might|may|would)[ \t]+(?:also[ \t]+|even[ \t]+)?be[ \t]+)*")
-_OR_VALUE = re.compile(r"(?:(?<=[\s,;(\[*_$，、])|(?<=^)|(?<=\d))" + _OR_WORDS + r"(?![^\W\d_])[ \t]*" + _OR_MODAL +
+_OR_VALUE = re.compile(r"(?:(?<=[\s,;(\[*_$，、\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af])|(?<=^)|(?<=\d))" + _OR_WORDS + r"(?![^\W\d_])[ \t]*" + _OR_MODAL +
                        r"[ \t*_$\\(]*(?:\$[ \t]*)?(" + _NUMBER + r")(?![\d/])", re.IGNORECASE)
 # a condition's other branch, after which another value is the answer in the other case
 _CONDITION = re.compile(r"\b(?:unless|otherwise|else|in[ \t]+which[ \t]+case|depending[ \t]+on|depends[ \t]+on|"
@@ -185,6 +185,10 @@ _DOUBT = re.compile(r"\b(?:lean(?:ing|s)?[ \t]+(?:towards?|to)|inclination|incli
                     r"peut-être|difficile|hésite|zwischen|schwanke|plausibel|vielleicht|entweder|wahrscheinlich|quizás?|"
                     r"tal[ \t]+vez|talvez|entre|dúvida|forse|probablemente|provavelmente|возможно|либо|между|не[ \t]+уверен)\b"
                     r"|或者|(?<![种種个個])可能|也许|还是|不确定|かもしれ|どちら|아마|확실하지|शायद|ربما|อาจ|น่าจะ"
+                    # "depending on (the reading)" in more languages
+                    r"|取决于|取決於|залежно[ \t]+від|в[ \t]+залежності[ \t]+від|بسته[ \t]+به|(?:w[ \t]+)?zależnie[ \t]+od|w[ \t]+zależności[ \t]+od"
+                    r"|afhankelijk[ \t]+van|beroende[ \t]+på|v[ \t]+závislosti[ \t]+na|podle[ \t]+(?:toho|výkladu)|tùy[ \t]+(?:thuộc|theo)"
+                    r"|tergantung|bağlı[ \t]+olarak|je[ \t]+nach|dependiendo|a[ \t]+seconda|によって|에[ \t]*따라|ขึ้นอยู่กับ"
                     # "otherwise" in other languages: "Letteralmente fa 70; altrimenti 67."
                     r"|\b(?:altrimenti|sinon|sonst|si[ \t]+no|de[ \t]+lo[ \t]+contrario|caso[ \t]+contrário|senão|se[ \t]+não|иначе|"
                     r"anders|jika[ \t]+tidak|aksi[ \t]+takdirde|nếu[ \t]+không)\b|否则|그렇지[ \t]*않으면|अन्यथा|وإلا", re.IGNORECASE)
@@ -217,8 +221,8 @@ def undecided_values(sentence: str, problem: str | None = None) -> list[str] | N
         key = plain_value(v)
         key = v.replace(" ", "") if key is None else key
         offered = re.search(r"(?:\b(?:becomes?|be|towards?|answer(?:[ \t]+\w+)?[ \t]+is|inclination[ \t]+is|guess[ \t]+is|it(?:'|’)?s|"
-                            r"it[ \t]+is|either|or|with|between|and|dirais|zwischen|entre|e|und|et|y|o|oder|ou)"
-                            r"|[,(])[ \t*_$\\]*$", sentence[:m.start()], re.IGNORECASE)
+                            r"it[ \t]+is|either|with|between|and|dirais|zwischen|entre|e|und|et|y)"
+                            r"|(?<![^\W\d_])" + _OR_WORDS + r"|[,(])[ \t*_$\\]*$", sentence[:m.start()], re.IGNORECASE)
         if key in seen or (m.group(2) and _in_problem(v, problem) and not offered):
             continue  # the problem's own number, unless offered as an answer ("the answer becomes 20")
         seen.add(key)

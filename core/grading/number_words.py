@@ -132,11 +132,13 @@ _STOPWORDS = {
     "id": set("dan yang adalah dari untuk dengan ini itu jadi jawaban setiap ada tidak maka jumlah dua tiga "
               "empat".split()),
     "vi": set("là của và có các cho được này với thì vậy mỗi người đáp tổng số còn".split()),
+    "sv": set("och är det som för med till av på inte varje svar så totalt kostar blir vi".split()),
+    "cs": set("je se na že to do pro jsou odpověď tedy celkem každý stojí máme".split()),
 }
 # ("in" is no English word here: German, Dutch, Italian and Indonesian write it too)
 _ENGLISH = set("the is are and of to so we that it this for with each then there has have was were".split())
 _ANSWER_WORDS = {"réponse", "respuesta", "resposta", "antwort", "risposta", "antwoord", "odpowiedź", "cevap", "jawaban",
-                 "đáp"}
+                 "đáp", "svar", "odpověď"}
 # a lone word that is also a common word of its language: "sei" (you are), "neuf" (new), "năm" (year), "bin"
 # (get on)
 _AMBIGUOUS = {"it": {"sei"}, "fr": {"neuf"}, "vi": {"năm", "tư", "mốt", "lăm"}, "tr": {"bin"}}
@@ -197,7 +199,7 @@ def _russian_number(words: str) -> int:
 # num2words spells each number (neither library reads the other's: text2num has no Vietnamese, num2words
 # reads no words)
 _TEXT2NUM_LANGUAGES = {"en", "fr", "es", "pt", "de", "it", "nl"}
-_NUM2WORDS_LANGUAGES = {"vi", "id", "tr", "pl", "ar", "ko"}
+_NUM2WORDS_LANGUAGES = {"vi", "id", "tr", "pl", "ar", "ko", "sv", "cs"}
 # Korean's native numbers to 99 (num2words spells the Sino-Korean ones only: 사십): tens, units, and the
 # forms they take before a counter ("열한 개", "스무 살")
 _KOREAN_TENS = dict(zip("열 스물 서른 마흔 쉰 예순 일흔 여든 아흔".split(), range(10, 100, 10)))
@@ -214,18 +216,22 @@ def _key(words: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _spelled_table(lang: str) -> dict[str, int]:
-    """Each whole number to 9 999, and each thousand to 999 000, keyed by how num2words spells it in
-    ``lang`` (:func:`_key`), for a language of ``_NUM2WORDS_LANGUAGES``: Vietnamese also with its other
-    words for a thousand and for "no tens" (ngàn, linh); Korean also with its native numbers, and without
-    one-syllable words (일 is also "day", 이 "this"). Built once per language, in about 0.1 s."""
+    """Each whole number to 999 (to 9 999 in Korean), and each thousand to 999 000, keyed by how num2words
+    spells it in ``lang`` (:func:`_key`), for a language of ``_NUM2WORDS_LANGUAGES``: Vietnamese also with its
+    other words for a thousand and for "no tens" (ngàn, linh); Korean also with its native numbers, and without
+    one-syllable words (일 is also "day", 이 "this"). Built once per language, in 0.1 s or less."""
     from num2words import num2words  # only here: few texts are in these languages
 
     table: dict[str, int] = {}
-    for n in [*range(10000), *range(10000, 1000000, 1000)]:
+    # Korean writes 1 000 as one syllable (천), which the table leaves out: its numbers to 9 999 are there whole;
+    # elsewhere a number over 999 is read as its thousands and the rest (:func:`_table_number`)
+    for n in [*range(10000 if lang == "ko" else 1000), *range(10000 if lang == "ko" else 1000, 1000000, 1000)]:
         words = num2words(n, lang=lang)
         table.setdefault(_key(words), n)
         if lang == "vi":
             table.setdefault(_key(words.replace("nghìn", "ngàn").replace("lẻ", "linh")), n)
+    if lang == "sv":  # num2words writes "etttusen"
+        table.update({"tusen": 1000, "ettusen": 1000})
     if lang == "ko":
         table.update(_KOREAN_TENS)
         table.update({u: v for u, v in _KOREAN_UNITS.items() if u not in table})
@@ -295,8 +301,8 @@ def _foreign_digits(text: str, lang: str) -> str:
     return "".join(out) + text[written:]
 
 
-# a number in Chinese numerals at the start of an answer: "二", "八份" (eight portions), "一百零五"
-_CHINESE_NUMBER = re.compile(r"^[零〇一二两三四五六七八九十百千万亿]+(?=[\u4e00-\u9fff]{0,3}[。．.！!]?\s*$)")
+# a number in Chinese numerals at the start of an answer: "二", "八份" (eight portions), "一百零五", "四です"
+_CHINESE_NUMBER = re.compile(r"^[零〇一二两三四五六七八九十百千万亿]+(?=[\u3040-\u30ff\u4e00-\u9fff]{0,3}[。．.！!]?\s*$)")
 
 
 def chinese_digits(answer: str) -> str:
