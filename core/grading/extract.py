@@ -1830,12 +1830,17 @@ _RECAP = re.compile(r"(?<=\n)[ \t]*\n[ \t#*_>\-]*(?:breakdown(?:[ \t]+recap)?|re
                     re.IGNORECASE)
 
 
+# a last line that states one number, a total, and opens a list of its parts, the list closing the text
+_PARTS_LIST = re.compile(r"(?:^|\n)(?P<intro>[^\n]*\d[^\n]*?)[ \t]*:[ \t]*(?:\n[ \t]*(?:[-*•]|\d+[.)])[ \t]+[^\n]*){2,}\s*$")
+
+
 def _without_checks(text: str) -> str:
     """``text`` up to a horizontal rule or a check heading ("**Verification:**") that follows a number, or up
     to a last paragraph labelled as a check or an addition ("Sanity check: ...", "Extension: ...", "💡 Tip: ..."):
     what comes after only checks the answer or adds to it; nor a last paragraph that lists the parts of an
     answer the paragraph before gives in bold ("Breakdown: ..."), stating nothing of its own (no "=", "is",
-    "total", no correction). A rule over a column sum's total is no rule."""
+    "total", no correction), nor a closing list of the parts of the one number its opening line states
+    ("They caught 32 in total:" and a bullet per kind). A rule over a column sum's total is no rule."""
     rules = [m for m in _RULE_LINE.finditer(text) if re.search(r"\d", text[:m.start()])
              and not re.match(r"\s*\n[ \t]*[-−]?[\d.,]+[ \t]*(?:\n|$)", text[m.end():])]
     if rules:
@@ -1851,6 +1856,12 @@ def _without_checks(text: str) -> str:
             re.search(r"\*\*[^*\n]*\d[^*\n]*\*\*[^\n]*\s*$", text[:recap.start()]):
         # "... = **50 dumplings**.\n\nBreakdown recap: 32 for the guys, 18 for the women": the answer's parts again
         text = text[:recap.start()]
+    parts = _PARTS_LIST.search(text)
+    if parts and len(re.findall(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?", parts.group("intro"))) == 1 and \
+            re.search(r"\b(?:in[ \t]+total|total|in[ \t]+all|altogether|overall|combined)\b", parts.group("intro"), re.IGNORECASE) and \
+            not _CORRECTION.search(text[parts.end("intro"):]):
+        # "They caught 32 in total:\n- Starfish: 15\n- Sea horses: 9": the total, then its parts
+        text = text[:parts.end("intro")] + "."
     return text
 
 
@@ -2090,12 +2101,19 @@ def _head_answer(sentence: str, problem: str | None) -> str | None:
     if re.search(r"=|\\Rightarrow|\\implies|⇒", tail):
         return None  # "..., so the 2003rd is $2(2003) - 1 = 4005$": the rest computes the answer
     segments = math_segments(head)
+    noun, unit = counted_noun(problem), asked_unit(problem)
+    numbers = list(re.finditer(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?", _outside_math_text(head, segments)))
+    # the numbers of the first clause that count what the question counts: "They dug 11 holes on the fourth day"
+    counted = [m for m in numbers if (noun and counts(head[m.end():], noun))
+               or (unit and unit_key(measure_after(head[m.end():]) or "") == unit)]
     if not [m for m in [*_outside_math(head, _STATES), *_outside_math(head, _PAST_STATES)] if m.group(0) not in (":", "=")] and \
-            not any("=" in seg[2] for seg in segments) and not re.search(r"\b[a-z]+s\b[ \t]+\\?\$?\d", head):
+            not any("=" in seg[2] for seg in segments) and not re.search(r"\b[a-z]+s\b[ \t]+\\?\$?\d", head) and \
+            not (counted and re.match(r"[\s*_]*[A-Z][a-z]*(?:[ \t]+[a-z]+){1,3}[ \t]+\d", head)):
         return None  # a label, no statement: "3-inch cube: ...", "Domain: $2<x<102$, $x \neq 12$"
-    plain_numbers = re.findall(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?", _outside_math_text(head, segments))
-    if len(plain_numbers) + sum(bool(re.search(r"\d", seg[2])) for seg in segments) != 1:
-        return None  # one value in the first clause, no computation: "Billy helps 240 people"
+    if len(numbers) + sum(bool(re.search(r"\d", seg[2])) for seg in segments) != 1 and len(counted) != 1:
+        # one value in the first clause, or one of what the question counts: "She can drive 300 miles on a full
+        # 12-gallon tank" for "How many miles ...?"
+        return None
     words = question_words(problem)
     ours, theirs = _question_overlap(head, words), _question_overlap(tail, words)
     # the rest concludes ("so the discount was $21.60"): two words more; it breaks the value down ("40 working
