@@ -148,7 +148,11 @@ KINDS = {"labelled-line", "gsm8k-runon", "colon", "unicode", "unit-outside", "ex
          "first-clause-answers",
          # giving up and asking which reading is meant in more languages, "或" after a word, "або", "залежно від",
          # dots grouping thousands in Dutch, Swedish and Czech number words, "(1{,}5;\ -13)", "(3;\,4\rangle", "四です"
-         "locales-giveups"}
+         "locales-giveups",
+         # "— the same number her son got", "— that's 315 kg in a week", "68 sq ft", a computation without its result,
+         # "..., یعنی" cut off, "r = 4, 7/2" (an unnamed second value), "vagy" / "অথবা" / "หรือ" / "oder" between
+         # answers, giving up in English phrasings, "(C) 또는 (B)", "jinak", French "]a; b]", "Pauline spent $75 ..."
+         "endings-locales-2"}
 
 
 def _rows() -> list[dict]:

@@ -316,7 +316,7 @@ def _droppable(unit: str, variables: frozenset[str] | None) -> bool:
         # one letter: only a known unit letter, only with the problem at hand, and not its variable
         return (variables is not None and letters in SHORT_UNITS and letters not in _CONSTANTS
                 and letters not in variables)
-    words = re.findall(r"[A-Za-z]+", unit)
+    words = [w for w in re.findall(r"[A-Za-z]+", unit) if w.lower() not in ("sq", "cu")]  # "sq ft", "cu in"
     if variables is not None and all(len(w) <= 3 and set(w) <= variables for w in words):
         return False  # "2ab" with a and b variables of the problem is a product
     return all(w in SHORT_UNITS or len(w) >= 3 for w in words)
@@ -473,9 +473,10 @@ def _names_conflict(pred_name: str | None, gold_name: str | None) -> bool:
 
 def _asked_item(items: list[str], problem: str | None) -> list[str] | None:
     """The value of the one item that names the expression the question asks for: ``["3.21"]`` from
-    ``b = 1.3, c = 1.91, b + c = 3.21`` for "What is $b+c$?"; None when no item, or several, name it."""
-    if not problem:
-        return None
+    ``b = 1.3, c = 1.91, b + c = 3.21`` for "What is $b+c$?"; None when no item, or several, name it, or an
+    item names nothing ("r = 4, 7/2")."""
+    if not problem or not all("=" in item for item in items):
+        return None  # "r = 4, 7/2": a second value of r, unnamed, is a second answer
     asked = {re.sub(r"\s+", "", m) for m in re.findall(r"\$([^$]+)\$", question_of(problem))}
     found = [item.split("=")[1].strip() for item in items
              if item.count("=") == 1 and re.sub(r"\s+", "", item.split("=")[0]) in asked]

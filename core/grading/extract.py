@@ -152,8 +152,9 @@ _FUNCTIONS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arc
 _FUNCTION_TAIL = re.compile(r"(?P<tail>(?:_(?:\{\w+\}|\w))?(?:\^(?:\{-?\w+\}|\w))?)[ (]")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 # Between two math segments that together are one answer: "$69$ and $84$", "$1$, $3$ or $5$".
-# ... "and" in the grader's other languages too: "De wortels zijn $7$, $5$ en $3$."
-_SEGMENT_JOINER = re.compile(r"^\s*(?:,|,?\s*(?:and|or|en|und|et|y|e|i|и|và|dan|ve|oraz|和|と|及))\s*$", re.IGNORECASE)
+# ... "and" and "or" in the grader's other languages too: "De wortels zijn $7$, $5$ en $3$.", "$x=1$ หรือ $x=5$"
+_SEGMENT_JOINER = re.compile(r"^\s*(?:,|,?\s*(?:and|or|en|und|et|y|e|i|и|và|dan|ve|oraz|和|と|及|или|або|oder|ou|o|hoặc|atau|veya|"
+                             r"lub|albo|nebo|eller|vagy|หรือ|또는|または|或|أو|یا|या|অথবা))\s*$", re.IGNORECASE)
 
 
 def normalise_unicode(text: str) -> str:
@@ -649,6 +650,10 @@ def _phrase_answer(rest: str, problem: str | None = None, lang: str | None = Non
         option = re.match(r"[ \t]*(?:\$([^$\n]+)\$|(\S.*?))[ \t]*(?:[.*_]*[ \t]*$|[.*_]*\n|\.[ \t])", body[choice.end():])
         value = option and (option.group(1) or leading_expression(option.group(2)))
         letter = next(g for g in choice.groups() if g)  # "(B) 9", "B ($x = 4$)", "A) 72 km/h"
+        second = re.match(r"[ \t]*(?:or|oder|ou|o|или|або|또는|または|或者?|hoặc|atau|veya|lub|albo|nebo|eller|vagy|หรือ|أو|یا|या)"
+                          r"[ \t]*\(([A-E])\)", body[choice.end():], re.IGNORECASE)
+        if second and second.group(1) != letter:
+            return f"({letter}), ({second.group(1)})", _EXPRESSION  # "정답: (C) 또는 (B)": two choices, none
         return f"({letter}) {value.strip()}" if value else f"({letter})", _EXPRESSION
     segments = math_segments(body)
     if segments and segments[0][0] == 0:
@@ -1206,7 +1211,7 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         last = sentences[-1] if sentences else ""
         at = last.rfind(closing)
         other = alternative_after(last[at + len(closing):], closing, problem) if at >= 0 else None
-        if other and re.search(re.escape(other) + r"[ \t.!*_$)]*$", last):
+        if other and re.search(re.escape(other) + r"[ \t.!*_$)°%]*(?:[,;]|$)", last):
             # "Odpowiedź: 4 lub −12." after a sentence: a hedge between two values ("90 pages, or about 3
             # chapters" names the value again in other words)
             return f"{closing}, {other}", text
@@ -1436,6 +1441,9 @@ _GIVES_UP = re.compile(r"\b(?:i[ \t]*(?:'|’)?m|i[ \t]+am)[ \t]+(?:not[ \t]+sur
                        r"|\bi[ \t]+(?:can(?:no|'|’)?t|could(?:n(?:'|’)t|[ \t]+not))[ \t]+(?:solve|finish|determine|figure|work[ \t]+out|answer)\b"
                        r"|\b(?:missing|lacks?)[ \t]+(?:some[ \t]+)?(?:key[ \t]+|needed[ \t]+|necessary[ \t]+)?information\b"
                        r"|\bnot[ \t]+enough[ \t]+information\b"
+                       # "I'll stop here without a final answer", "I'd rather not give a final answer than ..."
+                       r"|\bwithout[ \t]+(?:giving[ \t]+)?a[ \t]+final[ \t]+answer\b|\brather[ \t]+not[ \t]+give[ \t]+(?:a|an)[ \t]+(?:final[ \t]+)?answer\b"
+                       r"|\b(?:could|can)[ \t]+you[ \t]+double-?check[ \t]+the[ \t]+(?:problem|question)\b"
                        # "I cannot give a definitive answer" and "I can't reach a reliable result" in the grader's
                        # other languages
                        r"|\b" + _CANNOT + r"\b[^.\n]{0,40}?\b" + _DEFINITIVE + r"|\b" + _DEFINITIVE + r"\b[^.\n]{0,40}?\b" + _CANNOT + r"\b"
@@ -1465,8 +1473,9 @@ _OBJECT_VERBS = frozenset("find use compute calculate determine consider require
 def _cut_off(text: str) -> bool:
     """Whether the text stops in the middle of a sentence (a search path or generation cut off by a
     step or token limit before it concluded): its last line is a bare step heading ("Step 2:"), or it
-    ends in an operator, ``=``, a comma, a colon or an opening bracket, or in a word no sentence ends
-    with ("... so the number of days is", "Then we divide by"). Its last sentences state no answer."""
+    ends in an operator, ``=``, a comma, a colon or an opening bracket, in a computation without its result
+    ("each friend gets 780 ÷ 10"), or in a word no sentence ends with ("... so the number of days is", "Then
+    we divide by"). Its last sentences state no answer."""
     last = text.rstrip().rstrip("*_ \t")
     if not last:
         return False
@@ -1477,6 +1486,11 @@ def _cut_off(text: str) -> bool:
         return True
     if re.search(r",[ \t]*(?:so|then|thus|hence|therefore|which|and|but)$", last, re.IGNORECASE):
         return True  # "She uses 6 eggs a day, so"
+    if re.search(r"(?:\b(?:c'est-à-dire|es[ \t]+decir|ou[ \t]+seja|cioè|то[ \t]+есть|tức[ \t]+là|yaitu|yani|d\.[ \t]?h\.)|یعنی|أي|즉|つまり|即)$",
+                 last, re.IGNORECASE):
+        return True  # "مایکل ۶ اسکناس ۵ دلاری دارد، یعنی" ("..., that is"): cut off
+    if re.search(r"\d[ \t]*[×÷*+][ \t]*\d+(?:\.\d+)?$", last) and "=" not in re.split(r"[.!?]\s", last)[-1]:
+        return True  # "each friend gets 780 ÷ 10": the computation, never its result
     word = re.search(r"(?<![\\$])\b([A-Za-z]+)$", last)
     if word and word.group(1).lower() in _OBJECT_VERBS:  # "Next we need to use it to find", never "what it asks to find"
         sentence = re.split(r"[.!?]\s", last)[-1]
@@ -1885,6 +1899,9 @@ def _last_line_answer(last: str) -> str | None:
 _COMPARED = re.compile(r",?[ \t]+(?:which|that)[ \t]+(?:is|are|was|were)[ \t]+(?:(?:\\?\$)?[\w.,]+[ \t]+(?:\w+[ \t]+)?)?(?:less|more|greater|fewer|"
                        r"smaller|larger|bigger|shorter|longer|higher|lower|cheaper|faster|slower)[ \t]+than\b.*$",
                        re.IGNORECASE | re.S)
+# the value likened to another after it, with no number of its own: "— the same number her son got"
+_SAME_AS = re.compile(r"[ \t]*(?:—|–|,|;)[ \t]*(?:exactly[ \t]+|just[ \t]+)?the[ \t]+same[ \t]+(?:number|amount|as)\b[^\d\n]*$",
+                      re.IGNORECASE)
 # a question that asks for a difference: "How much more money ...", "how many fewer", "... than Ethel?"
 _ASKS_DIFFERENCE = re.compile(r"\b(?:more|less|fewer|longer|shorter|older|younger|taller|heavier|cheaper|than|difference)\b",
                               re.IGNORECASE)
@@ -1935,7 +1952,9 @@ _CHECK_ASIDE = re.compile(r"[ \t]*\((?P<left>[^()=\n]*\d[ \t]*[×x*·+\-−/÷][
 _DERIVED = re.compile(r"[ \t]*(?:,|—|–|;|[ \t]-)[ \t]*(?:(?:which|that|this|it)(?:['’]s|[ \t]+(?:is|works[ \t]+out[ \t]+to|comes[ \t]+"
                       r"(?:out[ \t]+)?to|means|makes))[ \t]+|(?=(?:about|roughly|approximately|around)[ \t]))(?:an[ \t]+average[ \t]+of[ \t]+)?(?:about[ \t]+|roughly[ \t]+|exactly[ \t]+|just[ \t]+(?:over|under)[ \t]+)?"
                       r"\\?\$?(?P<value>\d[\d,]*(?:\.\d+)?|[a-z]+)[ \t]*(?P<kind>%|percent\b|times\b|"
-                      r"(?:[A-Za-z]+[ \t]+)?(?:per[ \t]+[a-z]+|(?:a|an|each)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student))\b)[^\n]*$",
+                      r"(?:[A-Za-z]+[ \t]+)?(?:per[ \t]+[a-z]+|(?:a|an|each)[ \t]+(?:day|week|month|year|hour|minute|person|guest|student)"
+                      # "— that's 315 kg in a week", "that's $9,360 over a 52-week year"
+                      r"|(?:in|over|for)[ \t]+(?:a|an|one|each|every)[ \t]+(?:\d+-[a-z]+[ \t]+)?(?:day|week|month|year))\b)[^\n]*$",
                       re.IGNORECASE)
 
 
@@ -1951,7 +1970,7 @@ def _without_derived(plain: str, question: str) -> str:
         return plain
     per = re.escape(kind.split()[-1])  # a rate: the question asks for one "per week", "each day", "on average"
     asks = {"%": r"percent|%", "percent": r"percent|%", "times": r"\btimes\b|how[ \t]+many[ \t]+times"}.get(
-        kind.split()[0], rf"\b(?:per|each|a|an|every)[ \t]+{per}|\baverage\b")
+        kind.split()[0], rf"\b(?:per|each|a|an|every)[ \t]+{per}|\b(?:on|the|an)[ \t]+average\b")
     return plain if re.search(asks, question) else plain[:m.start()]
 
 
@@ -1980,6 +1999,7 @@ def _statement(sentence: str, asked: str | None = None, question: str = "") -> s
     derived from it (", which is 18% of her sales": :func:`_without_derived`, ``question`` the question lowercased)."""
     plain = _APPROXIMATELY.sub("", _REJECTION.sub("", digits_for_words(sentence.replace("**", ""))))
     plain = _RESTATED.sub("", _restated_explicitly(_without_conversion(_without_derived(plain, question), asked)))
+    plain = _SAME_AS.sub("", plain)  # "3 oranges — the same number her son got"
     compared = _COMPARED.search(plain)
     if compared and not (re.search(r"\d", compared.group(0).split("than")[0]) and _ASKS_DIFFERENCE.search(question)):
         plain = plain[:compared.start()]
@@ -2095,20 +2115,23 @@ def _head_answer(sentence: str, problem: str | None) -> str | None:
     head, tail = sentence[:cut.start()], sentence[cut.end():]
     if _NOT_ELABORATION.search(tail) or _HEDGED_HEAD.search(head):
         return None
-    if not re.search(r"\d", tail) or re.match(r"(?:that(?:'|’)?s|that[ \t]+is|i\.?e\.?|which[ \t]+(?:is|equals|means)|namely)\b",
-                                           tail, re.IGNORECASE):
-        return None  # "2 hours, that's 120 minutes": the value again, for the conversion rules
+    if not re.search(r"\d", tail) or (re.match(r"(?:that(?:'|’)?s|that[ \t]+is|i\.?e\.?|which[ \t]+(?:is|equals|means)|namely)\b",
+                                            tail, re.IGNORECASE) and not _COMPARED.match(", " + tail)):
+        return None  # "2 hours, that's 120 minutes": the value again, for the conversion rules ("which is 3 more
+        # than Darren's 11" compares)
     if re.search(r"=|\\Rightarrow|\\implies|⇒", tail):
         return None  # "..., so the 2003rd is $2(2003) - 1 = 4005$": the rest computes the answer
     segments = math_segments(head)
     noun, unit = counted_noun(problem), asked_unit(problem)
     numbers = list(re.finditer(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?", _outside_math_text(head, segments)))
     # the numbers of the first clause that count what the question counts: "They dug 11 holes on the fourth day"
+    money = not unit and _ASKS_MONEY.search(question_of(problem))
     counted = [m for m in numbers if (noun and counts(head[m.end():], noun))
-               or (unit and unit_key(measure_after(head[m.end():]) or "") == unit)]
+               or (unit and unit_key(measure_after(head[m.end():]) or "") == unit)
+               or (money and re.search(r"\$[ \t]*$", head[:m.start()]))]  # "Pauline spent $75 ... over the 8 years"
     if not [m for m in [*_outside_math(head, _STATES), *_outside_math(head, _PAST_STATES)] if m.group(0) not in (":", "=")] and \
             not any("=" in seg[2] for seg in segments) and not re.search(r"\b[a-z]+s\b[ \t]+\\?\$?\d", head) and \
-            not (counted and re.match(r"[\s*_]*[A-Z][a-z]*(?:[ \t]+[a-z]+){1,3}[ \t]+\d", head)):
+            not (counted and re.match(r"[\s*_]*[A-Z][a-z]*(?:[ \t]+[a-z]+){1,3}[ \t]+\\?\$?\d", head)):
         return None  # a label, no statement: "3-inch cube: ...", "Domain: $2<x<102$, $x \neq 12$"
     if len(numbers) + sum(bool(re.search(r"\d", seg[2])) for seg in segments) != 1 and len(counted) != 1:
         # one value in the first clause, or one of what the question counts: "She can drive 300 miles on a full

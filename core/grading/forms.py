@@ -142,7 +142,11 @@ _SEMICOLON_ITEMS = re.compile(r"[(\[](?:\\[,;!: ]|[^()\[\];])*;(?:\\[,;!: ]|[^()
 def local_notation(s: str) -> str:
     """A tuple or interval in the continental notation as the plain one: ``;`` between its items and a decimal
     comma (``(1{,}5;\\ -13)`` -> ``(1.5, -13)``), and an angle bracket closing an interval that a round or
-    square one opened (Czech ``(3;\\,4\\rangle`` -> ``(3, 4]``: closed at 4); anything else as it is."""
+    square one opened (Czech ``(3;\\,4\\rangle`` -> ``(3, 4]``: closed at 4), and a French interval's outward
+    brackets (``]3; 5]`` -> ``(3, 5]``); anything else as it is."""
+    # French intervals: "]a; b]" is (a, b], "[a; b[" is [a, b)
+    s = re.sub(r"^(\\left)?\]", lambda m: (m.group(1) or "") + "(", s.strip().rstrip("."))
+    s = re.sub(r"(\\right)?\[$", lambda m: (m.group(1) or "") + ")", s)
     if ";" not in s:
         return s
 

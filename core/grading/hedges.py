@@ -25,7 +25,7 @@ __all__ = ["alternative_after", "answer_sentence", "conflicting", "plain_value",
 
 _NUMBER = r"[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
 # "or" in the languages the grader reads, with what may stand between it and the other value
-_OR_WORDS = r"(?:or|oder|ou|o|oppure|или|либо|أو|या|또는|혹은|或者|或是|或|也可能是|也可能|または|か|hoặc|veya|ya[ \t]+da|atau|lub|albo|або|чи|یا|หรือ|nebo|eller)"
+_OR_WORDS = r"(?:or|oder|ou|o|oppure|или|либо|أو|या|또는|혹은|或者|或是|或|也可能是|也可能|または|か|hoặc|veya|ya[ \t]+da|atau|lub|albo|або|чи|یا|หรือ|nebo|eller|vagy|অথবা|বা|sau|ή|או|tai)"
 _OR_MODAL = (r"(?:(?:possibly|perhaps|maybe|even|else|also|eventually|vielleicht|peut-être|quizás|tal[ \t]+vez|talvez|"
              r"about|around|roughly|approximately|около|примерно|khoảng|yaklaşık|sekitar|environ|etwa|unos|cerca[ \t]+de)[ \t]+|~[ \t]*|"
              r"(?:it|that|the[ \t]+answer)[ \t]+(?:could|might|may|would)[ \t]+(?:also[ \t]+|even[ \t]+)?be[ \t]+)*")
@@ -191,7 +191,8 @@ _DOUBT = re.compile(r"\b(?:lean(?:ing|s)?[ \t]+(?:towards?|to)|inclination|incli
                     r"|tergantung|bağlı[ \t]+olarak|je[ \t]+nach|dependiendo|a[ \t]+seconda|によって|에[ \t]*따라|ขึ้นอยู่กับ"
                     # "otherwise" in other languages: "Letteralmente fa 70; altrimenti 67."
                     r"|\b(?:altrimenti|sinon|sonst|si[ \t]+no|de[ \t]+lo[ \t]+contrario|caso[ \t]+contrário|senão|se[ \t]+não|иначе|"
-                    r"anders|jika[ \t]+tidak|aksi[ \t]+takdirde|nếu[ \t]+không)\b|否则|그렇지[ \t]*않으면|अन्यथा|وإلا", re.IGNORECASE)
+                    r"anders|jika[ \t]+tidak|aksi[ \t]+takdirde|nếu[ \t]+không|jinak|inaczej|інакше|annars|muuten|egyébként|altfel)\b"
+                    r"|否则|그렇지[ \t]*않으면|अन्यथा|وإلا", re.IGNORECASE)
 # a value stated outright: "it is 32", "the answer is $\sqrt{5}$", "= 40" ("is probably 7" states nothing)
 _STATES = re.compile(r"(?:\b(?:is|are|equals|gives|becomes|totals|it(?:'|’)s|that(?:'|’)s|est|es|ist|é|è)|=|是|为)"
                      r"[ \t]*(?=[*_$\\(\[]*[ \t]*-?\d|\$|\\)", re.IGNORECASE)
