@@ -1187,6 +1187,8 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
         if ans:
             return _retracted(text, m.end(), problem) or _undecided_between(text, m.start(), m.end(), problem) or \
                 _hedged(text, m.end(), ans, problem), text
+    if _oscillates(text):
+        return None, text
     text = _without_cut_repetition(text)
     if _ends_in_loop(text) or _cut_off(text) or _gives_up(text) or _restates_problem(text, problem):
         return None, text
@@ -1516,6 +1518,20 @@ def _without_cut_repetition(text: str) -> str:
         return text
     # the unit may start at its sentence's end (". So April has ... left over"): keep that full stop
     return tail[:len(tail) - len(rest)].rstrip() + (rest.strip()[0] if rest.strip()[0] in ".!?" else "")
+
+
+def _oscillates(text: str) -> bool:
+    """Whether ``text`` ends in a loop whose repeated span says one sentence twice with different numbers ("...
+    = 3 But wait, we need to check again. ... = 13 But wait, we need to check again." over and over): the
+    model goes back and forth between two values and commits to neither."""
+    loop = _LOOP.search(text.rstrip()[-2000:])
+    if not loop:
+        return False
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+|(?<=\d)\s+(?=[A-Z])", loop.group("unit")) if s.strip()]
+    shapes = {}
+    for sentence in sentences:
+        shapes.setdefault(re.sub(r"\d+(?:\.\d+)?", "#", sentence), set()).add(sentence)
+    return any(len(variants) > 1 for variants in shapes.values())
 
 
 def _ends_in_loop(text: str) -> bool:
