@@ -67,6 +67,8 @@ _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual
 # French, Spanish, Portuguese, German, Italian, Russian and Chinese ("Réponse : 12", "答案：12"); or a heading
 # "**Final Answer**" / "### Final Answer" alone on its line, the answer on the lines after it.
 _ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|updated)[ \t_]+)?answer[ \t*_]*[:：]"
+                           # a correction's label after a sentence on its line: "... doesn't count. Corrected answer: 39."
+                           r"|(?<=[.!?)][ \t])[ \t*_]*(?:corrected|revised|updated|new|actual)[ \t_]+answer[ \t*_]*[:：]"
                            r"|^[ \t{,]*[\"'](?:final[ \t_]?)?answer[\"'][ \t]*:"
                            r"|^[ \t>#*_-]*(?:(?:réponse|respuesta|resposta|risposta)(?:[ \t]+finale?)?|"
                            r"(?:(?:endgültige|finale)[ \t]+)?antwort|(?:end)?ergebnis|résultat[ \t]+final|resultado[ \t]+final|(?:окончательный[ \t]+|итоговый[ \t]+)?ответ|(?:最终)?答案|"
