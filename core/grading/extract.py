@@ -47,6 +47,9 @@ _SPACED_THOUSANDS = re.compile(r"(?<![\d,.])\d{1,3}(?: \d{3})+(?![\d,]| \d)")
 _ANSWER_PHRASE = re.compile(r"(?:final\s+answer|the\s+(?:(?:correct|right|actual|true|real|corrected|revised|final)\s+)?answer"
                             r"|the\s+(?:correct|right|best)\s+(?:choice|option))"
                             r"\s*(?:is\b|:)\s*:?"
+                            # a small model's bare last line: "answer is sixty-six"
+                            r"|(?m:^[ \t]*answer[ \t]+is\b)"
+                            r"|התשובה(?:[ \t]+(?:הנכונה|הסופית))?[ \t]+(?:היא|הוא)"
                             # the same in French, Spanish, Portuguese, German, Italian, Russian and Chinese
                             r"|\b(?:la\s+(?:bonne\s+)?réponse(?:\s+finale)?\s+est|la\s+respuesta(?:\s+(?:final|correcta))?\s+es"
                             r"|a\s+resposta(?:\s+(?:final|correta))?\s+é|die\s+(?:richtige\s+|endgültige\s+)?antwort\s+(?:ist|lautet)"
@@ -80,7 +83,7 @@ _ANSWER_LABEL = re.compile(r"^[ \t>#*_-]*(?:(?:final|correct(?:ed)?|revised|upda
 # up to six words: "Poprawiona odpowiedź: 22", "Gecorrigeerd antwoord: 16", "修正后的答案：-16", "คำตอบสุดท้าย: 480"
 _ANSWER_WORD = (r"(?:\b(?:answer|réponse|respuesta|resposta|risposta|antwort|antwoord|odpowied[zź]|odp|svar(?:et)?|cevab?ı?|"
                 r"yanıt|jawaban(?:nya)?|trả[ \t]+lời|đáp[ \t]+(?:án|số)|kết[ \t]+quả|ответ|відповідь|wynik|resultado|"
-                r"résultat|ergebnis|endergebnis|eindantwoord|slutsvar|sonuç|hasil|vastaus|válasz|odpověď|תשובה)\b|คำตอบ|答案|答え|解答|정답|उत्तर|"
+                r"résultat|ergebnis|endergebnis|eindantwoord|slutsvar|sonuç|hasil|vastaus|válasz|odpověď|תשובה)\b|ค(?:ำ|\u0e4d\u0e32)ตอบ|答案|答え|解答|정답|उत्तर|"
                 r"الإجابة|الجواب|إجابة)")
 _NAMED_LABEL = re.compile(r"^[ \t>#*_-]*(?=[^\n:：\d=]{0,60}?" + _ANSWER_WORD + r")(?:[^\s:：\d=*_()\[\]]+[ \t.]*){1,6}?[ \t*_]*[:：]"
                           r"(?=[^\n`]*\d)", re.IGNORECASE | re.MULTILINE)
@@ -1114,6 +1117,10 @@ def _without_per_one(text: str, problem: str | None) -> str:
     return _PER_ONE.sub(drop, text)
 
 
+# a point in prose whose coordinates ";" separates (decimal commas inside): "(15; -29)", "(1,5; -13)"
+_SEMICOLON_TUPLE = re.compile(r"\((\s*[-−]?\d+(?:[.,]\d+)?\s*(?:;\s*[-−]?\d+(?:[.,]\d+)?\s*)+)\)")
+
+
 def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     """``(answer, the solution it was read from)``: see :func:`extract_answer`."""
     if not text:
@@ -1122,6 +1129,8 @@ def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
     text = digits_in_document(text, document_language(text))  # "cincuenta y ocho minutos", "열일곱", "三百一十条"
     text = _REPEATING_ELLIPSIS.sub(_repeating_ellipsis, _LATEX_THOUSANDS.sub(",", text))
     text = _PLAIN_DIFFERENCE.sub(_as_pieces, text)  # "(0, 36) \ {9}": (0,9) ∪ (9,36)
+    text = _SEMICOLON_TUPLE.sub(lambda m: "(" + ", ".join(v.strip().replace(",", ".") for v in m.group(1).split(";")) + ")",
+                                text)  # "(15; -29)", "(1,5; -13)": a point written with ";" between its coordinates
     text = _MYRIADS.sub(_in_myriads, text)  # "16万8000ドル": 168000
     text = _BASE_LABEL.sub(_with_base, text)  # "In base eight: 2516": 2516_{8}
     text = re.sub(r"\b(?:R|US|C|A)\$[ \t]*(?=\d)", "", text)  # reais and other dollars' signs: "R$ 21,00" is 21,00
@@ -1381,7 +1390,7 @@ _UNDECIDED = re.compile(r"\b(?:i[ \t]+)?(?:can(?:no|'|’)?t|cannot|could(?:n(?:
                         r"|لطفا[ً]?[ \t]+مشخص[ \t]+کنید|请说明|請說明|请问您?指的是|bitte[ \t]+(?:präzisieren|geben[ \t]+sie[ \t]+an)"
                         r"|veuillez[ \t]+préciser|pourriez-vous[ \t]+préciser|por[ \t]+favor,?[ \t]+(?:aclare|especifique|indique|esclareça)"
                         r"|per[ \t]+favore,?[ \t]+(?:specifica|chiarisci)|proszę[ \t]+(?:o[ \t]+)?(?:doprecyzowanie|sprecyzować|doprecyzować)"
-                        r"|уточните|уточніть|lütfen[ \t]+belirt|mohon[ \t]+(?:jelaskan|perjelas)|vui[ \t]+lòng[ \t]+(?:cho[ \t]+biết|làm[ \t]+rõ)"
+                        r"|уточните|уточніть|lütfen[ \t]+belirt|có[ \t]+thể[ \t]+làm[ \t]+rõ|mohon[ \t]+(?:jelaskan|perjelas)|vui[ \t]+lòng[ \t]+(?:cho[ \t]+biết|làm[ \t]+rõ)"
                         r"|กรุณาระบุ|कृपया[ \t]+स्पष्ट|يرجى[ \t]+(?:التوضيح|توضيح|تحديد)|どちらか教えて|알려[ \t]*주시|upřesněte|specificera"
                         r"|kunt[ \t]+u[ \t]+aangeven"
                         # "So 24 or possibly something else.": a value, then anything else
@@ -1437,14 +1446,19 @@ def _undecided(text: str) -> bool:
 _CANNOT = (r"(?:no[ \t]+puedo|não[ \t]+posso|não[ \t]+consigo|non[ \t]+posso|je[ \t]+ne[ \t]+peux|"
            r"(?:ich[ \t]+kann|kann[ \t]+ich)[^.\n]{0,30}?\bnicht|(?:kan[ \t]+ik|ik[ \t]+kan)[^.\n]{0,30}?\bniet|"
            r"(?:kan[ \t]+jag|jag[ \t]+kan)[^.\n]{0,30}?\binte|nie[ \t]+mogę|nemohu|nemůžu|не[ \t]+могу|не[ \t]+можу|"
-           r"tidak[ \t]+(?:dapat|bisa)|không[ \t]+thể)")
+           r"tidak[ \t]+(?:dapat|bisa)|không[ \t]+thể|no[ \t]+consigo|no[ \t]+logro|keine[nr]?|lyckas[ \t]+jag[ \t]+inte|"
+           r"nie[ \t]+udało[ \t]+mi[ \t]+się|nie[ \t]+potrafię|не[ \t]+удалось|не[ \t]+вдалося|je[ \t]+n'arrive[ \t]+pas|"
+           r"impossible[ \t]+de)")
 _DEFINITIVE = (r"(?:definitiv\w*|définitiv\w*|definitief|endgültig\w*|ostateczn\w*|konečn\w*|slutgiltig\w*|окончательн\w*|"
-               r"остаточн\w*|certa|sicura|pasti|chắc[ \t]+chắn|final\w*|segur\w*)")
+               r"остаточн\w*|certa|sicura|pasti|chắc[ \t]+chắn|final\w*|segur\w*|eindeutig\w*|säkert|säker|однозначн\w*|"
+               r"jednoznaczn\w*|univoc\w*)")
 _GIVES_UP = re.compile(r"\b(?:i[ \t]*(?:'|’)?m|i[ \t]+am)[ \t]+(?:not[ \t]+sure|unsure|unable)[ \t]+(?:how[ \t]+)?(?:to[ \t]+)?"
                        r"(?:finish|solve|proceed|continue|complete|determine|answer)\b"
                        r"|\bi[ \t]+(?:can(?:no|'|’)?t|could(?:n(?:'|’)t|[ \t]+not))[ \t]+(?:solve|finish|determine|figure|work[ \t]+out|answer)\b"
                        r"|\b(?:missing|lacks?)[ \t]+(?:some[ \t]+)?(?:key[ \t]+|needed[ \t]+|necessary[ \t]+)?information\b"
                        r"|\bnot[ \t]+enough[ \t]+information\b"
+                       r"|\bunable[ \t]+to[ \t]+(?:give|provide|offer|reach)[ \t]+(?:a|an|the)[ \t]+(?:(?:definitive|definite|final|clear|"
+                       r"certain|reliable|single)[ \t]+)?(?:answer|result)\b"
                        # "I'll stop here without a final answer", "I'd rather not give a final answer than ..."
                        r"|\bwithout[ \t]+(?:giving[ \t]+)?a[ \t]+final[ \t]+answer\b|\brather[ \t]+not[ \t]+give[ \t]+(?:a|an)[ \t]+(?:final[ \t]+)?answer\b"
                        r"|\b(?:could|can)[ \t]+you[ \t]+double-?check[ \t]+the[ \t]+(?:problem|question)\b"
@@ -1455,7 +1469,8 @@ _GIVES_UP = re.compile(r"\b(?:i[ \t]*(?:'|’)?m|i[ \t]+am)[ \t]+(?:not[ \t]+sur
                        r"|无法(?:给出|得到|确定)|不能(?:给出|确定)|無法(?:給出|確定)|答えを?(?:出せ|確定でき)ません|確定的な答え[^。\n]{0,10}ません"
                        r"|(?:답을|답변을)[^.\n]{0,10}(?:드릴|할)[ \t]*수[ \t]*없|نمی[‌ ]?توانم[^.\n]{0,20}(?:پاسخ|جواب)"
                        r"|لا[ \t]+(?:أستطيع|يمكنني)[^.\n]{0,20}(?:إجابة|جواب)|(?:उत्तर|जवाब)[^।.\n]{0,20}नहीं[ \t]+दे[ \t]+(?:सकता|सकती)"
-                       r"|ไม่สามารถ(?:ให้|หา)คำตอบ", re.IGNORECASE)
+                       # (NFKC writes the Thai vowel ำ as ํ + า: both forms are matched)
+                       r"|ไม่สามารถ(?:ให้|หา)ค(?:ำ|\u0e4d\u0e32)ตอบ|ค(?:ำ|\u0e4d\u0e32)ตอบที่แน่นอน[^\n]{0,10}ไม่ได้", re.IGNORECASE)
 
 
 def _gives_up(text: str) -> bool:
@@ -1490,8 +1505,11 @@ def _cut_off(text: str) -> bool:
         return True
     if re.search(r",[ \t]*(?:so|then|thus|hence|therefore|which|and|but)$", last, re.IGNORECASE):
         return True  # "She uses 6 eggs a day, so"
-    if re.search(r"(?:\b(?:c'est-à-dire|es[ \t]+decir|ou[ \t]+seja|cioè|то[ \t]+есть|tức[ \t]+là|yaitu|yani|d\.[ \t]?h\.)|یعنی|أي|즉|つまり|即)$",
-                 last, re.IGNORECASE):
+    if re.search(r"\b(?:must|should|needs?[ \t]+to|has[ \t]+to|have[ \t]+to|will|would|can|could)[ \t]+[a-z]+$", last):
+        return True  # "Thus Oliver, who was at an elevation of 3,000 feet, must climb"
+    if re.search(r"(?:\b(?:c'est-à-dire|es[ \t]+decir|ou[ \t]+seja|cioè|то[ \t]+есть|tức[ \t]+là|yaitu|yani|d\.[ \t]?h\.|że|aby|oraz|"
+                 r"dass|weil|porque|que|parce|что|потому|що|rằng|bahwa|karena|çünkü|att|omdat|dat)|یعنی|أي|즉|つまり|即|考虑|還需要|"
+                 r"还需要|然后|因为|并且|ので|ため|그리고|때문에)$", last, re.IGNORECASE):
         return True  # "مایکل ۶ اسکناس ۵ دلاری دارد، یعنی" ("..., that is"): cut off
     if re.search(r"\d[ \t]*[×÷*+][ \t]*\d+(?:\.\d+)?$", last) and "=" not in re.split(r"[.!?]\s", last)[-1]:
         return True  # "each friend gets 780 ÷ 10": the computation, never its result

@@ -305,6 +305,12 @@ def _foreign_digits(text: str, lang: str) -> str:
 _CHINESE_NUMBER = re.compile(r"^[零〇一二两三四五六七八九十百千万亿]+(?=[\u3040-\u30ff\u4e00-\u9fff]{0,3}[。．.！!]?\s*$)")
 
 
+def _with_leading_one(numerals: str) -> str:
+    """Numerals as cn2an reads them: a hundred or a thousand without its "one" gets it ("百四十" -> "一百四十",
+    140, as Japanese writes it)."""
+    return "一" + numerals if numerals[0] in "百千" else numerals
+
+
 def chinese_digits(answer: str) -> str:
     """``answer`` (the text after "答案是") with the Chinese numerals it is made of as digits, read by cn2an:
     ``"二"`` -> ``"2"``, ``"八份"`` -> ``"8份"``; anything else unchanged (a numeral inside a word, "一共",
@@ -315,7 +321,7 @@ def chinese_digits(answer: str) -> str:
     import cn2an  # only here: its import takes a tenth of a second, and few answers need it
 
     try:
-        value = cn2an.cn2an(m.group(0), "smart")
+        value = cn2an.cn2an(_with_leading_one(m.group(0)), "smart")
     except ValueError:
         return answer
     return str(int(value)) + answer.strip()[m.end():]
@@ -376,7 +382,7 @@ def _chinese_numerals(text: str) -> str:
 
     def replace(m: re.Match) -> str:
         try:
-            return str(int(cn2an.cn2an(m.group(0), "smart")))
+            return str(int(cn2an.cn2an(_with_leading_one(m.group(0)), "smart")))
         except ValueError:
             return m.group(0)
     return _CJK_NUMERAL_RUN.sub(replace, text)
