@@ -2189,15 +2189,22 @@ def _remark(last: str, previous: str, problem: str | None) -> bool:
     $34.00 if she sells everything. The sweet potatoes bring in the most ($20)." for "If she sells everything,
     how much will she earn?": at least two of the question's words, :func:`core.grading.question.question_words`,
     and more than ``last`` holds); or it says what would have been ("Bentley paid $11,050. Before the increase,
-    the same 170 balloons would have cost only $7,650."). Never where ``last`` is in bold, or concludes,
-    corrects, hedges, totals or states ("so", "wait", "or", "in all", "=", "is"): a value stated after another
-    is the answer as a rule."""
+    the same 170 balloons would have cost only $7,650."), or speaks of something else ("Leila, meanwhile, is
+    left with $50.") or breaks the value down ("That's $3 per soda and $2 per water."). Never where ``last``
+    corrects ("wait", "actually", "or"); and, but for those last two readings, never where it is in bold,
+    concludes, hedges, totals or states ("so", "in all", "=", "is"): a value stated after another is the
+    answer as a rule."""
     if not problem or not re.search(r"\d", previous) or not re.search(r"\d", last) or \
             re.search(r"\b(?:wait|actually|mistake|correct\w*|oops|sorry|instead|redo|recalculat\w*)\b", last, re.IGNORECASE):
         return False
     if re.search(r"\bwould(?:n't|[ \t]+not)?(?:[ \t]+only)?[ \t]+have\b|\bwould've\b", last, re.IGNORECASE) and \
             not re.search(r"\bwould\b", question_of(problem), re.IGNORECASE):
         return True
+    if not _CORRECTION.search(last) and (
+            re.search(r"\b(?:meanwhile|incidentally|by[ \t]+the[ \t]+way)\b", last, re.IGNORECASE)
+            or (re.match(r"(?:that|this)(?:['’]s|[ \t]+is)\b", last, re.IGNORECASE)
+                and len(re.findall(r"\d[\d.,]*[ \t]+(?:per|each|for|on)[ \t]+[a-z]", last)) >= 2)):
+        return True  # "Leila, meanwhile, is left with $50.", "That's $3 per soda and $2 per water.": about other things
     if _CORRECTION.search(last) or _NOT_REMARK.search(last) or "**" in last:
         return False
     words = question_words(problem)
