@@ -934,8 +934,9 @@ def extract_answer(text: str, problem: str | None = None) -> str | None:
     Raises:
         Nothing.
     """
-    ans, solution = _extract(text, problem)
-    lang = document_language(normalise_unicode(text)) if text else None
+    text = normalise_unicode(text) if text else text
+    lang = document_language(text) if text else None
+    ans, solution = _extract(text, problem, lang)
     return _with_stated_unit(_in_digits(english_units(ans) if ans else ans, lang), solution)
 
 
@@ -1121,12 +1122,12 @@ def _without_per_one(text: str, problem: str | None) -> str:
 _SEMICOLON_TUPLE = re.compile(r"\((\s*[-−]?\d+(?:[.,]\d+)?\s*(?:;\s*[-−]?\d+(?:[.,]\d+)?\s*)+)\)")
 
 
-def _extract(text: str, problem: str | None = None) -> tuple[str | None, str]:
-    """``(answer, the solution it was read from)``: see :func:`extract_answer`."""
+def _extract(text: str, problem: str | None, lang: str | None) -> tuple[str | None, str]:
+    """``(answer, the solution it was read from)`` of ``text``, normalised (:func:`normalise_unicode`) and written
+    in ``lang`` (:func:`core.grading.number_words.document_language`): see :func:`extract_answer`."""
     if not text:
         return None, ""
-    text = normalise_unicode(text)
-    text = digits_in_document(text, document_language(text))  # "cincuenta y ocho minutos", "열일곱", "三百一十条"
+    text = digits_in_document(text, lang)  # "cincuenta y ocho minutos", "열일곱", "三百一十条"
     text = _REPEATING_ELLIPSIS.sub(_repeating_ellipsis, _LATEX_THOUSANDS.sub(",", text))
     text = _PLAIN_DIFFERENCE.sub(_as_pieces, text)  # "(0, 36) \ {9}": (0,9) ∪ (9,36)
     text = _SEMICOLON_TUPLE.sub(lambda m: "(" + ", ".join(v.strip().replace(",", ".") for v in m.group(1).split(";")) + ")",
@@ -2162,8 +2163,7 @@ def _head_answer(sentence: str, problem: str | None) -> str | None:
     numbers = list(re.finditer(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?", _outside_math_text(head, segments)))
     # the numbers of the first clause that count what the question counts: "They dug 11 holes on the fourth day"
     money = not unit and _ASKS_MONEY.search(question_of(problem))
-    counted = [m for m in numbers if (noun and counts(head[m.end():], noun))
-               or (unit and unit_key(measure_after(head[m.end():]) or "") == unit)
+    counted = [m for m in numbers if _of_asked_kind(head[m.end():], noun, unit)
                or (money and re.search(r"\$[ \t]*$", head[:m.start()]))]  # "Pauline spent $75 ... over the 8 years"
     if not [m for m in [*_outside_math(head, _STATES), *_outside_math(head, _PAST_STATES)] if m.group(0) not in (":", "=")] and \
             not any("=" in seg[2] for seg in segments) and not re.search(r"\b[a-z]+s\b[ \t]+\\?\$?\d", head) and \
@@ -2401,8 +2401,7 @@ def closing_answer(text: str, problem: str | None = None) -> str | None:
                                           re.match(r"[ \t]*(?:≈|\\approx|~)[ \t]*\S", clause[f[0] + len(f[1]):]))] or found
         money = not unit and problem and _ASKS_MONEY.search(question_of(problem))
         counted = [(start, expr) for start, expr, _ in found
-                   if (noun and counts(clause[start + len(expr):], noun))
-                   or (unit and unit_key(measure_after(clause[start + len(expr):]) or "") == unit)
+                   if _of_asked_kind(clause[start + len(expr):], noun, unit)
                    or (money and (expr.startswith(("$", "\\$"))
                                   or unit_key(measure_after(clause[start + len(expr):]) or "") == "dollar"))]
         if counted:  # the (last) number of what the question counts: "4 boxes hold 24 eggs" -> 24; the money
@@ -2420,6 +2419,12 @@ _PROSE_NUMBER = re.compile(r"(?<![\w.,\\])(\\?\$)?(-?\d[\d,]*(?:\.\d+)?)(?![\d,]
 # a question that asks for money
 _ASKS_MONEY = re.compile(r"\bhow[ \t]+much[ \t]+money\b|\bamount[ \t]+of[ \t]+money\b|\bin[ \t]+dollars\b|\bhow[ \t]+much\b[^?]*\b"
                          r"(?:earn|make|pay|spend|cost|save|charge|owe|raise|collect|lose)", re.IGNORECASE)
+
+
+def _of_asked_kind(after: str, noun: str | None, unit: str | None) -> bool:
+    """Whether a number followed by ``after`` is of what the question asks: it counts the question's noun
+    (:func:`core.grading.question.counts`: "24 eggs") or carries the unit it asks for ("3 miles")."""
+    return bool((noun and counts(after, noun)) or (unit and unit_key(measure_after(after) or "") == unit))
 
 
 # words that never label a number: articles, prepositions, pronouns, auxiliaries
@@ -2448,8 +2453,7 @@ def _keyed_number(plain: str, problem: str | None) -> str | None:
         return None  # "Sam had 20 apples, ate 8 ∴ 12 are left.": the conclusion decides
     noun, unit, words = counted_noun(problem), asked_unit(problem), question_words(problem)
     counted = [m for m in numbers if not re.match(r"[ \t]+(?:more|fewer|less)\b", plain[m.end():])  # "8 fewer women"
-               and ((noun and counts(plain[m.end():], noun))
-                    or (unit and unit_key(measure_after(plain[m.end():]) or "") == unit))]
+               and _of_asked_kind(plain[m.end():], noun, unit)]
     money = [m for m in numbers if m.group(1)] if _ASKS_MONEY.search(question_of(problem)) else []
     if counted:  # "So the polygon has 8 sides, and the omitted angle is 10°." for "How many sides ...?"
         chosen = counted[0] if len(counted) == 1 else None

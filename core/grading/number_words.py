@@ -147,8 +147,8 @@ _WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")  # a word; a hyphenated compound
 
 def language_of(text: str) -> str | None:
     """The language ``text`` is written in, when its short words show one (two of them, or the word for
-    "answer"): ``"fr"``, ``"es"``, ``"pt"``, ``"de"``, ``"it"``, ``"nl"``, ``"pl"``, ``"tr"``, ``"id"`` or
-    ``"vi"``; None for English (as many English short words), or where two languages score alike or too
+    "answer"): ``"fr"``, ``"es"``, ``"pt"``, ``"de"``, ``"it"``, ``"nl"``, ``"pl"``, ``"tr"``, ``"id"``,
+    ``"vi"``, ``"sv"`` or ``"cs"``; None for English (as many English short words), or where two languages score alike or too
     few words show one."""
     # a letter beside math is a variable, not a word: "y^{2} = −5x + 44" has no Spanish "y"
     text = re.sub(r"(?<![^\W\d_])[^\W\d_](?=[ \t]?[=^+\-−*/(<>≤≥_²³⁴])|(?<=[=^+\-−*/(<>≤≥])[ \t]?[^\W\d_](?![^\W\d_])|"
@@ -225,7 +225,8 @@ def _spelled_table(lang: str) -> dict[str, int]:
     table: dict[str, int] = {}
     # Korean writes 1 000 as one syllable (천), which the table leaves out: its numbers to 9 999 are there whole;
     # elsewhere a number over 999 is read as its thousands and the rest (:func:`_table_number`)
-    for n in [*range(10000 if lang == "ko" else 1000), *range(10000 if lang == "ko" else 1000, 1000000, 1000)]:
+    whole = 10000 if lang == "ko" else 1000
+    for n in [*range(whole), *range(whole, 1000000, 1000)]:
         words = num2words(n, lang=lang)
         table.setdefault(_key(words), n)
         if lang == "vi":
@@ -263,7 +264,7 @@ def _table_number(words: str, lang: str) -> int:
 def cardinal(words: str, lang: str) -> int:
     """The whole number ``words`` spell in ``lang`` (an ISO 639-1 code): text2num's reading for English,
     French, Spanish, Portuguese, German, Italian and Dutch; :func:`_russian_number` for Russian;
-    :func:`_table_number` for Vietnamese, Indonesian, Turkish, Polish, Arabic and Korean. Raises
+    :func:`_table_number` for Vietnamese, Indonesian, Turkish, Polish, Arabic, Korean, Swedish and Czech. Raises
     ValueError where the words spell no number or the language has no reader (Hindi)."""
     if lang == "ru":
         return _russian_number(words)
@@ -367,7 +368,7 @@ def _korean_digits(text: str) -> str:
             if value is not None and value != 1:
                 return f"{value}{rest}"
         return word
-    return re.sub(r"[\uac00-\ud7a3]{2,}", replace, text)
+    return re.sub(_SCRIPTS["ko"].pattern + "{2,}", replace, text)
 
 
 # Chinese (and Japanese) numerals in a sentence: a run of two or more ("三百一十条腿", "十二个"). One numeral
